@@ -1,0 +1,32 @@
+# hooklane — run `make help` for the targets.
+SHELL := /bin/bash
+GO    ?= go
+SUDO  := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: help run test lint bench fuzz redis-server
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+run: redis-server ## run the worker; starts a local redis-server when REDIS_URL is unset
+	$(GO) run . dev
+
+test: redis-server ## run the whole test suite (each package starts its own redis-server)
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+
+bench: redis-server ## deferral benchmark: 5,000 events to one subscriber at 100/s
+	$(GO) test -run '^$$' -bench ThrottledBacklog -benchtime 1x ./worker/
+
+fuzz: ## fuzz Retry-After parsing for 30s
+	$(GO) test -run '^$$' -fuzz FuzzParseRetryAfter -fuzztime 30s ./limits/
+
+redis-server: ## install redis-server with apt-get when it is missing
+	@command -v redis-server >/dev/null || { \
+		echo "redis-server not found: installing it with apt-get"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }

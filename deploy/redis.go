@@ -1,0 +1,145 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is a redis-server process started by StartRedis.
+type Redis struct {
+	URL  string
+	Addr string
+	Dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// RedisOpts configures StartRedis.
+type RedisOpts struct {
+	// Dir holds the server's data; default a new temporary directory.
+	Dir string
+	// Port to listen on, 127.0.0.1 only; 0 picks a free one.
+	Port int
+	// AppendOnly turns on AOF with appendfsync everysec, as in redis.conf.
+	AppendOnly bool
+}
+
+// StartRedis starts redis-server on 127.0.0.1 and waits until it answers.
+// It fails with a hint when redis-server is not installed.
+func StartRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("redis-server not found: install it (apt-get install -y redis-server) or set REDIS_URL")
+	}
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", "hooklane-redis-"); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	if o.Dir, err = filepath.Abs(o.Dir); err != nil { // redis-server resolves paths after chdir to --dir
+		return nil, err
+	}
+	if o.Port == 0 {
+		if o.Port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(o.Port), "--dir", o.Dir,
+		"--save", "", "--maxmemory-policy", "noeviction", "--protected-mode", "yes",
+		"--logfile", filepath.Join(o.Dir, "redis.log")}
+	if o.AppendOnly {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "everysec")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	cmd := exec.Command(bin, args...)
+	// Its own process group: a Ctrl-C meant for hooklane must not kill Redis
+	// before hooklane has shut down against it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(o.Port)), Dir: o.Dir, cmd: cmd, done: make(chan struct{})}
+	r.URL = "redis://" + r.Addr + "/0"
+	go func() { _ = cmd.Wait(); close(r.done) }()
+
+	// Wait for the port with plain dials: go-redis would log each refusal.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if conn, err := net.DialTimeout("tcp", r.Addr, time.Second); err == nil {
+			conn.Close()
+			break
+		}
+		select {
+		case <-r.done:
+			return nil, fmt.Errorf("redis-server exited at start; see %s", filepath.Join(o.Dir, "redis.log"))
+		case <-ctx.Done():
+			r.Stop()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			r.Stop()
+			return nil, errors.New("redis-server did not listen within 10s")
+		}
+	}
+	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		r.Stop()
+		return nil, fmt.Errorf("redis-server does not answer PING: %w", err)
+	}
+	return r, nil
+}
+
+// LocalRedis returns the Redis already answering on 127.0.0.1:6379, or
+// starts one there with AOF persistence and its data in dir. Stop leaves a
+// Redis it did not start alone.
+func LocalRedis(ctx context.Context, dir string) (*Redis, error) {
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:6379", time.Second); err == nil {
+		conn.Close()
+		return &Redis{URL: "redis://127.0.0.1:6379/0", Addr: "127.0.0.1:6379"}, nil
+	}
+	return StartRedis(ctx, RedisOpts{Dir: dir, Port: 6379, AppendOnly: true})
+}
+
+// Stop terminates the server and waits for it to exit.
+func (r *Redis) Stop() {
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-r.done:
+	case <-time.After(5 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	}
+}
+
+// Kill ends the server at once, as a crash would (SIGKILL).
+func (r *Redis) Kill() {
+	_ = r.cmd.Process.Kill()
+	<-r.done
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

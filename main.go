@@ -1,0 +1,51 @@
+// Command hooklane delivers webhooks. Subcommands:
+//
+//	hooklane worker   deliver queued events (config from the environment; see README)
+//	hooklane dev      like worker, but starts a local redis-server when REDIS_URL is unset
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/worker"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "hooklane:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) != 1 || (args[0] != "worker" && args[0] != "dev") {
+		return fmt.Errorf("usage: hooklane worker|dev")
+	}
+	cfg, err := worker.FromEnv()
+	if err != nil {
+		return err
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if args[0] == "dev" && cfg.RedisURL == "" {
+		r, err := deploy.LocalRedis(ctx, ".hooklane/redis")
+		if err != nil {
+			return err
+		}
+		defer r.Stop()
+		cfg.RedisURL = r.URL
+		cfg.Logger.Info("using local redis", "url", r.URL, "started_here", r.Dir != "")
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}

@@ -1,0 +1,15 @@
+// Package producer is the SDK apps call to register subscribers and publish
+// events to them.
+//
+// Publish fans an event out to every matching, non-paused subscriber as one
+// asynq task each. The task id is derived from (subscriber id, event id), so
+// publishing the same event again — after a timeout, a crash, or a partly
+// failed fan-out — enqueues only what is missing and reports the rest as
+// duplicates. That holds while the earlier task exists: queued, retrying,
+// dead-lettered, or completed within Config.DedupWindow. Publishing is
+// therefore safe to repeat until it reports no failure.
+//
+// Delivery is at-least-once: a worker that dies after the endpoint answered
+// but before recording it delivers again, with the same webhook-id header,
+// which receivers use to drop duplicates. There is no ordering promise.
+package producer

@@ -1,0 +1,254 @@
+package producer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+var redisURL string
+
+func TestMain(m *testing.M) {
+	r, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	redisURL = r.URL
+	code := m.Run()
+	r.Stop()
+	os.Exit(code)
+}
+
+var nsSeq atomic.Int64
+
+type bundle struct {
+	p    *producer.Producer
+	ns   string
+	insp *asynq.Inspector
+}
+
+func setup(t *testing.T) *bundle {
+	t.Parallel()
+	ns := fmt.Sprintf("p%d", nsSeq.Add(1))
+	p, err := producer.New(&producer.Config{RedisURL: redisURL, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: strings.TrimSuffix(strings.TrimPrefix(redisURL, "redis://"), "/0")})
+	t.Cleanup(func() { p.Close(); insp.Close() })
+	return &bundle{p: p, ns: ns, insp: insp}
+}
+
+func (b *bundle) put(t *testing.T, s tasks.Subscriber) tasks.Subscriber {
+	t.Helper()
+	got, err := b.p.PutSubscriber(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func event(id, typ string) tasks.Event {
+	return tasks.Event{ID: id, Type: typ, Data: json.RawMessage(`{"video_id":"vv_9f31c2"}`)}
+}
+
+func TestSubscriberCRUD(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	s := b.put(t, tasks.Subscriber{ID: "acme-crm", URL: "https://crm.acme.example/hooks", EventTypes: []string{"video.*"}})
+	if len(s.Secrets) != 1 || tasks.ValidateSecret(s.Secrets[0]) != nil {
+		t.Fatalf("generated secrets = %v", s.Secrets)
+	}
+	if s.Limit != limits.DefaultLimit || s.MaxInFlight != tasks.DefaultMaxInFlight {
+		t.Fatalf("defaults not applied: %+v", s)
+	}
+	got, err := b.p.GetSubscriber(ctx, "acme-crm")
+	if err != nil || got.URL != s.URL || got.Secrets[0] != s.Secrets[0] || got.Paused {
+		t.Fatalf("GetSubscriber = %+v, %v", got, err)
+	}
+	if err := b.p.SetPaused(ctx, "acme-crm", true); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.p.GetSubscriber(ctx, "acme-crm"); !got.Paused {
+		t.Fatal("not paused after SetPaused(true)")
+	}
+	b.put(t, tasks.Subscriber{ID: "b", URL: "http://127.0.0.1:9/x"})
+	all, err := b.p.ListSubscribers(ctx)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("ListSubscribers = %d, %v", len(all), err)
+	}
+	if err := b.p.DeleteSubscriber(ctx, "acme-crm"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.p.GetSubscriber(ctx, "acme-crm"); !errors.Is(err, producer.ErrUnknownSubscriber) {
+		t.Fatalf("after delete: %v, want ErrUnknownSubscriber", err)
+	}
+	if err := b.p.DeleteSubscriber(ctx, "acme-crm"); !errors.Is(err, producer.ErrUnknownSubscriber) {
+		t.Fatalf("second delete: %v, want ErrUnknownSubscriber", err)
+	}
+}
+
+func TestValidationErrors(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.put(t, tasks.Subscriber{ID: "s", URL: "https://example.test/h"})
+	subTests := []struct {
+		name  string
+		s     tasks.Subscriber
+		field string
+	}{
+		{"empty id", tasks.Subscriber{URL: "https://a.test"}, "subscriber_id"},
+		{"long id", tasks.Subscriber{ID: strings.Repeat("x", 65), URL: "https://a.test"}, "subscriber_id"},
+		{"colon in id", tasks.Subscriber{ID: "a:b", URL: "https://a.test"}, "subscriber_id"},
+		{"ftp url", tasks.Subscriber{ID: "a", URL: "ftp://a.test/x"}, "url"},
+		{"relative url", tasks.Subscriber{ID: "a", URL: "/hooks"}, "url"},
+		{"credentials in url", tasks.Subscriber{ID: "a", URL: "https://u:p@a.test/"}, "url"},
+		{"not a url", tasks.Subscriber{ID: "a", URL: "http://[::1"}, "url"},
+		{"bad secret", tasks.Subscriber{ID: "a", URL: "https://a.test", Secrets: []string{"hunter2"}}, "secrets"},
+		{"short secret", tasks.Subscriber{ID: "a", URL: "https://a.test", Secrets: []string{"whsec_AAAA"}}, "secrets"},
+		{"bad filter", tasks.Subscriber{ID: "a", URL: "https://a.test", EventTypes: []string{"*"}}, "event_types"},
+		{"zero rate", tasks.Subscriber{ID: "a", URL: "https://a.test", Limit: limits.Limit{Burst: 1, Period: time.Second}}, "limit"},
+		{"negative in-flight", tasks.Subscriber{ID: "a", URL: "https://a.test", MaxInFlight: -1}, "max_in_flight"},
+	}
+	for _, tt := range subTests {
+		_, err := b.p.PutSubscriber(ctx, tt.s)
+		if !errors.Is(err, producer.ErrInvalid) || !strings.Contains(err.Error(), tt.field) {
+			t.Errorf("%s: err = %v, want ErrInvalid naming %s", tt.name, err, tt.field)
+		}
+	}
+	evTests := []struct {
+		name string
+		ev   tasks.Event
+		want error
+	}{
+		{"empty id", event("", "video.trending"), producer.ErrInvalid},
+		{"long id", event(strings.Repeat("e", 129), "video.trending"), producer.ErrInvalid},
+		{"space in id", event("evt 1", "video.trending"), producer.ErrInvalid},
+		{"empty type", event("e1", ""), producer.ErrInvalid},
+		{"no data", tasks.Event{ID: "e1", Type: "t"}, producer.ErrInvalid},
+		{"data not json", tasks.Event{ID: "e1", Type: "t", Data: json.RawMessage(`{`)}, producer.ErrInvalid},
+		{"oversized", tasks.Event{ID: "e1", Type: "t", Data: json.RawMessage(`"` + strings.Repeat("x", 256<<10) + `"`)}, producer.ErrPayloadTooLarge},
+	}
+	for _, tt := range evTests {
+		if _, err := b.p.Publish(ctx, tt.ev, nil); !errors.Is(err, tt.want) {
+			t.Errorf("Publish %s: err = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if _, err := b.p.SendTo(ctx, "nobody", event("e1", "t"), nil); !errors.Is(err, producer.ErrUnknownSubscriber) {
+		t.Errorf("SendTo unknown: %v", err)
+	}
+	// None of the refused calls wrote a task.
+	if q, err := b.insp.GetQueueInfo(b.ns); err == nil && q.Size != 0 {
+		t.Errorf("queue has %d tasks after refused publishes", q.Size)
+	}
+}
+
+func TestRedisDownAtPublish(t *testing.T) {
+	t.Parallel()
+	p, err := producer.New(&producer.Config{RedisURL: "redis://127.0.0.1:1/0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	if _, err := p.Publish(ctx, event("e1", "t"), nil); !errors.Is(err, producer.ErrRedisUnavailable) {
+		t.Fatalf("Publish: %v, want ErrRedisUnavailable", err)
+	}
+	if _, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: "a", URL: "https://a.test"}); !errors.Is(err, producer.ErrRedisUnavailable) {
+		t.Fatalf("PutSubscriber: %v, want ErrRedisUnavailable", err)
+	}
+}
+
+func TestPublishFanOutAndDuplicates(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.put(t, tasks.Subscriber{ID: "all", URL: "https://a.test"})
+	b.put(t, tasks.Subscriber{ID: "videos", URL: "https://b.test", EventTypes: []string{"video.*"}})
+	b.put(t, tasks.Subscriber{ID: "exact", URL: "https://c.test", EventTypes: []string{"video.uploaded"}})
+	b.put(t, tasks.Subscriber{ID: "paused", URL: "https://d.test", Paused: true})
+
+	res, err := b.p.Publish(ctx, event("evt_1", "video.trending"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]producer.Outcome{}
+	for _, tg := range res.Targets {
+		got[tg.SubscriberID] = tg.Outcome
+	}
+	want := map[string]producer.Outcome{"all": producer.Enqueued, "videos": producer.Enqueued}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("targets = %v, want %v", got, want)
+	}
+	res, err = b.p.Publish(ctx, event("evt_1", "video.trending"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tg := range res.Targets {
+		if tg.Outcome != producer.Duplicate {
+			t.Fatalf("re-publish: %s = %s, want duplicate", tg.SubscriberID, tg.Outcome)
+		}
+	}
+	info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("videos", "evt_1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.MaxRetry != 8 || info.Retention != 24*time.Hour {
+		t.Fatalf("task MaxRetry %d Retention %v, want 8 and 24h", info.MaxRetry, info.Retention)
+	}
+	var d tasks.Delivery
+	if err := json.Unmarshal(info.Payload, &d); err != nil || d.ExpiresAt.Sub(d.EnqueuedAt) != 24*time.Hour {
+		t.Fatalf("payload %s: %v", info.Payload, err)
+	}
+	if strings.Contains(string(info.Payload), "whsec_") {
+		t.Fatal("task payload carries a secret")
+	}
+}
+
+func TestNotBeforeSchedulesRoundedUp(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test"})
+	nb := time.Now().Add(90 * time.Second).Add(300 * time.Millisecond)
+	res, err := b.p.Publish(ctx, event("e", "t"), &producer.PublishOpts{NotBefore: nb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.insp.GetTaskInfo(b.ns, res.Targets[0].TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != asynq.TaskStateScheduled || info.NextProcessAt.Before(nb) {
+		t.Fatalf("state %v next %v; want scheduled no earlier than %v", info.State, info.NextProcessAt, nb)
+	}
+}
+
+func TestBurstIsPacedAtPublish(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 2, Burst: 2, Period: time.Second}})
+	var at []time.Time
+	for i := range 8 {
+		res, err := b.p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at = append(at, res.Targets[0].ProcessAt)
+	}
+	// Two go at once (the burst); the rest are booked 500ms apart, so the
+	// last of eight is due about 3s out instead of now.
+	if !at[0].IsZero() || !at[1].IsZero() {
+		t.Fatalf("burst events scheduled: %v", at[:2])
+	}
+	if last := time.Until(at[7]); last < 2*time.Second || last > 5*time.Second {
+		t.Fatalf("8th event due in %v, want about 3-4s", last)
+	}
+}

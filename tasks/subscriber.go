@@ -1,0 +1,184 @@
+package tasks
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hooklane/hooklane/limits"
+)
+
+// Subscriber is a destination: one endpoint with its own secrets, filter and
+// limits. Its id keys every per-destination gate.
+type Subscriber struct {
+	ID  string `json:"id"`
+	URL string `json:"url"`
+	// Secrets sign each request, one webhook-signature entry per secret, in
+	// Standard Webhooks form: "whsec_" + base64 of 24-64 random bytes. Several
+	// are active while a secret is being rotated. Generated when empty.
+	Secrets []string `json:"secrets"`
+	// EventTypes filters events: exact names or "prefix.*". Empty matches all.
+	EventTypes []string `json:"event_types"`
+	// Limit is the destination's rate limit. Default limits.DefaultLimit.
+	Limit limits.Limit `json:"limit"`
+	// MaxInFlight caps concurrent requests to the endpoint. Default 10.
+	MaxInFlight int `json:"max_in_flight"`
+	// Paused subscribers get no new events; their queued ones are held.
+	Paused bool `json:"paused"`
+	// MaxAttempts overrides the producer's default (8) for events published
+	// from now on.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// RetryHorizon overrides the producer's default (24h) for events
+	// published from now on.
+	RetryHorizon Duration `json:"retry_horizon,omitzero"`
+}
+
+// DefaultMaxInFlight applies when Subscriber.MaxInFlight is 0.
+const DefaultMaxInFlight = 10
+
+// Duration is a time.Duration that reads and writes JSON as "90s".
+type Duration time.Duration
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+// WithDefaults fills unset fields and generates a secret when none is given.
+func (s Subscriber) WithDefaults() (Subscriber, error) {
+	if s.Limit.IsZero() {
+		s.Limit = limits.DefaultLimit
+	}
+	if s.MaxInFlight == 0 {
+		s.MaxInFlight = DefaultMaxInFlight
+	}
+	if len(s.Secrets) == 0 {
+		sec, err := NewSecret()
+		if err != nil {
+			return s, err
+		}
+		s.Secrets = []string{sec}
+	}
+	return s, nil
+}
+
+// Validate names the first field that is wrong.
+func (s *Subscriber) Validate() error {
+	if err := ValidateSubscriberID(s.ID); err != nil {
+		return err
+	}
+	if err := ValidateURL(s.URL); err != nil {
+		return err
+	}
+	if len(s.Secrets) == 0 || len(s.Secrets) > 10 {
+		return invalid("secrets", "want 1-10 secrets")
+	}
+	for _, sec := range s.Secrets {
+		if err := ValidateSecret(sec); err != nil {
+			return err
+		}
+	}
+	if len(s.EventTypes) > 100 {
+		return invalid("event_types", "at most 100 entries")
+	}
+	for _, p := range s.EventTypes {
+		base := strings.TrimSuffix(p, ".*")
+		if base == "" || len(p) > 128 || !idChars(base, false) {
+			return invalid("event_types", "%q: want an event type or prefix.*", p)
+		}
+	}
+	if err := s.Limit.Validate(); err != nil {
+		return invalid("limit", "%v", err)
+	}
+	if s.MaxInFlight < 1 || s.MaxInFlight > 10_000 {
+		return invalid("max_in_flight", "want 1-10000")
+	}
+	if s.MaxAttempts < 0 || s.MaxAttempts > 100 {
+		return invalid("max_attempts", "want 0 (default) or 1-100")
+	}
+	if s.RetryHorizon < 0 || time.Duration(s.RetryHorizon) > 30*24*time.Hour {
+		return invalid("retry_horizon", "want 0 (default) up to 720h")
+	}
+	return nil
+}
+
+// ValidateURL accepts absolute http and https URLs with a host and no
+// credentials (they would be logged and shown in the UI).
+func ValidateURL(raw string) error {
+	if len(raw) > 2048 {
+		return invalid("url", "longer than 2048 bytes")
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return invalid("url", "%v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return invalid("url", "scheme must be http or https")
+	case u.Hostname() == "":
+		return invalid("url", "missing host")
+	case u.User != nil:
+		return invalid("url", "credentials in the URL are not allowed; use the signature")
+	case u.Fragment != "":
+		return invalid("url", "fragments are not sent; remove #%s", u.Fragment)
+	}
+	return nil
+}
+
+// ValidateSecret checks the Standard Webhooks secret form.
+func ValidateSecret(sec string) error {
+	raw, ok := strings.CutPrefix(sec, "whsec_")
+	if !ok {
+		return invalid("secrets", "a secret must start with whsec_")
+	}
+	b, err := base64.StdEncoding.DecodeString(raw)
+	if err != nil || len(b) < 24 || len(b) > 64 {
+		return invalid("secrets", "want whsec_ + base64 of 24-64 bytes")
+	}
+	return nil
+}
+
+// NewSecret returns a fresh whsec_ secret of 32 random bytes.
+func NewSecret() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "whsec_" + base64.StdEncoding.EncodeToString(b[:]), nil
+}
+
+// Matches reports whether the subscriber wants events of type t.
+func (s *Subscriber) Matches(t string) bool {
+	if len(s.EventTypes) == 0 {
+		return true
+	}
+	for _, p := range s.EventTypes {
+		if p == t {
+			return true
+		}
+		if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(t, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// Keys names the Redis keys that hold subscribers under a namespace.
+type Keys string
+
+// Subscribers is a hash: subscriber id → Subscriber JSON (Paused left out).
+func (ns Keys) Subscribers() string { return string(ns) + ":subscribers" }
+
+// Paused is the set of paused subscriber ids, kept apart from the JSON so
+// that a worker can pause a subscriber (on 410 Gone) without a
+// read-modify-write race against an operator's update.
+func (ns Keys) Paused() string { return string(ns) + ":paused" }

@@ -1,0 +1,133 @@
+package tasks
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// TypeDeliver is the asynq task type of one event bound for one subscriber.
+const TypeDeliver = "webhook:deliver"
+
+// MaxDataSize is the default cap on an event's data.
+const MaxDataSize = 256 << 10
+
+// Event is what an app publishes and what a subscriber receives as the JSON
+// request body: Standard Webhooks' recommended {type, timestamp, data}, plus
+// the id that also travels as the webhook-id header.
+type Event struct {
+	ID        string          `json:"id"`
+	Type      string          `json:"type"`
+	Timestamp time.Time       `json:"timestamp"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// ErrInvalid marks a value that failed validation; the message names the field.
+var ErrInvalid = errors.New("invalid")
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
+}
+
+// Validate checks the event's id, type and data (not its size: see MaxDataSize).
+func (e *Event) Validate() error {
+	if err := ValidateEventID(e.ID); err != nil {
+		return err
+	}
+	if e.Type == "" || len(e.Type) > 128 || !idChars(e.Type, false) {
+		return invalid("type", "want 1-128 characters of A-Z a-z 0-9 . _ - :")
+	}
+	if len(e.Data) == 0 {
+		return invalid("data", "required (use null for none)")
+	}
+	if !json.Valid(e.Data) {
+		return invalid("data", "not valid JSON")
+	}
+	return nil
+}
+
+// ValidateEventID accepts 1-128 characters of A-Z a-z 0-9 . _ - : ~.
+func ValidateEventID(id string) error {
+	if id == "" || len(id) > 128 || !idChars(id, true) {
+		return invalid("id", "want 1-128 characters of A-Z a-z 0-9 . _ - : ~")
+	}
+	return nil
+}
+
+// ValidateSubscriberID accepts 1-64 characters of A-Z a-z 0-9 . _ -; no colon,
+// so that TaskID can be split unambiguously.
+func ValidateSubscriberID(id string) error {
+	if id == "" || len(id) > 64 || !idChars(id, false) || containsColon(id) {
+		return invalid("subscriber_id", "want 1-64 characters of A-Z a-z 0-9 . _ -")
+	}
+	return nil
+}
+
+func containsColon(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == ':' {
+			return true
+		}
+	}
+	return false
+}
+
+func idChars(s string, tilde bool) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '_' || c == '-' || c == ':' || (tilde && c == '~')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// TaskID is the asynq task id of event eventID bound for subscriber sub. asynq
+// refuses a second task with the same id while the first exists, including
+// for its Retention after completion: that is hooklane's deduplication.
+func TaskID(sub, eventID string) string { return sub + ":" + eventID }
+
+// Delivery is the payload of a TypeDeliver task. It holds no secrets and no
+// endpoint URL: the worker reads the subscriber when it delivers, so a
+// rotated secret or a new URL applies to queued events too.
+type Delivery struct {
+	SubscriberID string    `json:"subscriber_id"`
+	Event        Event     `json:"event"`
+	EnqueuedAt   time.Time `json:"enqueued_at"`
+	NotBefore    time.Time `json:"not_before,omitzero"`
+	// ExpiresAt is the end of the retry horizon: past it a delivery that
+	// still cannot be made is dead-lettered instead of rescheduled.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// NewDeliverTask builds the task for d. opts are passed to asynq; the caller
+// adds TaskID, Queue, MaxRetry and Retention.
+func NewDeliverTask(d Delivery, opts ...asynq.Option) (*asynq.Task, error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	return asynq.NewTask(TypeDeliver, b, opts...), nil
+}
+
+// DecodeDelivery parses a TypeDeliver payload. Its error wraps asynq.SkipRetry:
+// a payload that cannot be read will not read better on a later attempt, so it
+// goes straight to the dead letters.
+func DecodeDelivery(b []byte) (Delivery, error) {
+	var d Delivery
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+	}
+	if err := ValidateSubscriberID(d.SubscriberID); err != nil {
+		return d, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+	}
+	if err := d.Event.Validate(); err != nil {
+		return d, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+	}
+	return d, nil
+}

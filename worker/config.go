@@ -1,0 +1,140 @@
+package worker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Version is sent in the User-Agent header.
+var Version = "0.1.0"
+
+// Config configures a worker. Zero fields take the defaults named; FromEnv
+// reads each from the environment variable named.
+type Config struct {
+	// RedisURL (REDIS_URL) is used when Redis is nil. Default redis://127.0.0.1:6379/0.
+	RedisURL string
+	// Redis, if set, is used as is and not closed.
+	Redis redis.UniversalClient
+	// Namespace (HOOKLANE_NAMESPACE) must match the producer's. Default "hooklane".
+	Namespace string
+	// Concurrency (HOOKLANE_CONCURRENCY) is the number of tasks handled at
+	// once, including those waiting briefly for a destination. Default 200.
+	Concurrency int
+	// MaxWaiters (HOOKLANE_MAX_WAITERS) caps the tasks of one destination
+	// waiting in this process; more are deferred. Default Concurrency/2.
+	MaxWaiters int
+	// MaxWait (HOOKLANE_MAX_WAIT) is the longest a task waits in the handler
+	// for its destination's in-flight slot or rate limit. Default 1s.
+	MaxWait time.Duration
+	// ConnectTimeout (HOOKLANE_CONNECT_TIMEOUT) bounds dialing and TLS. Default 5s.
+	ConnectTimeout time.Duration
+	// RequestTimeout (HOOKLANE_REQUEST_TIMEOUT) bounds a whole request. Default 15s.
+	RequestTimeout time.Duration
+	// MaxRetryAfter (HOOKLANE_MAX_RETRY_AFTER) caps an endpoint's Retry-After. Default 1h.
+	MaxRetryAfter time.Duration
+	// BackoffBase and BackoffMax (HOOKLANE_BACKOFF_BASE, HOOKLANE_BACKOFF_MAX)
+	// shape the exponential backoff with full jitter after a counted
+	// failure. Defaults 2s and 10m.
+	BackoffBase, BackoffMax time.Duration
+	// PauseRecheck (HOOKLANE_PAUSE_RECHECK) is how often a paused
+	// subscriber's held events look again. Default 30s.
+	PauseRecheck time.Duration
+	// PollInterval (HOOKLANE_POLL_INTERVAL) is asynq's TaskCheckInterval:
+	// the idle wait between dequeues of an empty queue. Default 100ms.
+	PollInterval time.Duration
+	// ForwardInterval (HOOKLANE_FORWARD_INTERVAL) is asynq's
+	// DelayedTaskCheckInterval: how often due retries and scheduled tasks
+	// are moved to pending. Default 250ms, so deadlines hold within ~1s.
+	ForwardInterval time.Duration
+	// ShutdownTimeout (HOOKLANE_SHUTDOWN_TIMEOUT) is how long in-flight work
+	// may finish after SIGTERM before it is requeued. Default 25s, inside a
+	// Procfile host's 30s grace.
+	ShutdownTimeout time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.RedisURL = cmp.Or(c.RedisURL, "redis://127.0.0.1:6379/0")
+	c.Namespace = cmp.Or(c.Namespace, "hooklane")
+	c.Concurrency = cmp.Or(c.Concurrency, 200)
+	c.MaxWaiters = cmp.Or(c.MaxWaiters, max(c.Concurrency/2, 1))
+	c.MaxWait = cmp.Or(c.MaxWait, time.Second)
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, 5*time.Second)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, 15*time.Second)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, time.Hour)
+	c.BackoffBase = cmp.Or(c.BackoffBase, 2*time.Second)
+	c.BackoffMax = cmp.Or(c.BackoffMax, 10*time.Minute)
+	c.PauseRecheck = cmp.Or(c.PauseRecheck, 30*time.Second)
+	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
+	c.ForwardInterval = cmp.Or(c.ForwardInterval, 250*time.Millisecond)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Concurrency < 1:
+		return errors.New("worker: Concurrency must be at least 1")
+	case c.MaxWaiters < 1:
+		return errors.New("worker: MaxWaiters must be at least 1")
+	case c.MaxWait < 0 || c.MaxWait > 10*time.Second:
+		return errors.New("worker: MaxWait must be between 0 and 10s")
+	case c.RequestTimeout < c.ConnectTimeout:
+		return errors.New("worker: RequestTimeout must not be shorter than ConnectTimeout")
+	case c.BackoffMax < c.BackoffBase:
+		return errors.New("worker: BackoffMax must not be shorter than BackoffBase")
+	case c.MaxRetryAfter < time.Second:
+		return errors.New("worker: MaxRetryAfter must be at least 1s")
+	}
+	return nil
+}
+
+// FromEnv reads a Config from the environment; unset variables stay zero
+// (WithDefaults fills them). Errors name the variable.
+func FromEnv() (Config, error) {
+	c := Config{RedisURL: os.Getenv("REDIS_URL"), Namespace: os.Getenv("HOOKLANE_NAMESPACE")}
+	var errs []error
+	intVar := func(name string, dst *int) {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not a whole number", name, v))
+			}
+			*dst = n
+		}
+	}
+	durVar := func(name string, dst *time.Duration) {
+		if v := os.Getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration such as 500ms or 2s", name, v))
+			}
+			*dst = d
+		}
+	}
+	intVar("HOOKLANE_CONCURRENCY", &c.Concurrency)
+	intVar("HOOKLANE_MAX_WAITERS", &c.MaxWaiters)
+	durVar("HOOKLANE_MAX_WAIT", &c.MaxWait)
+	durVar("HOOKLANE_CONNECT_TIMEOUT", &c.ConnectTimeout)
+	durVar("HOOKLANE_REQUEST_TIMEOUT", &c.RequestTimeout)
+	durVar("HOOKLANE_MAX_RETRY_AFTER", &c.MaxRetryAfter)
+	durVar("HOOKLANE_BACKOFF_BASE", &c.BackoffBase)
+	durVar("HOOKLANE_BACKOFF_MAX", &c.BackoffMax)
+	durVar("HOOKLANE_PAUSE_RECHECK", &c.PauseRecheck)
+	durVar("HOOKLANE_POLL_INTERVAL", &c.PollInterval)
+	durVar("HOOKLANE_FORWARD_INTERVAL", &c.ForwardInterval)
+	durVar("HOOKLANE_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	return c, errors.Join(errs...)
+}

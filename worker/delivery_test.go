@@ -1,0 +1,338 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+	"github.com/hooklane/hooklane/worker"
+)
+
+func TestPublishTwiceDeliversOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	s := newSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+
+	if r := b.publish(t, "evt_1", "video.trending"); r.Targets[0].Outcome != producer.Enqueued {
+		t.Fatalf("first publish: %s", r.Targets[0].Outcome)
+	}
+	if r := b.publish(t, "evt_1", "video.trending"); r.Targets[0].Outcome != producer.Duplicate {
+		t.Fatalf("second publish: %s", r.Targets[0].Outcome)
+	}
+	id := tasks.TaskID("s", "evt_1")
+	eventually(t, 10*time.Second, "completion", func() bool {
+		info, err := b.insp.GetTaskInfo(b.ns, id)
+		return err == nil && info.State == asynq.TaskStateCompleted
+	})
+	// Inside the dedup window the completed task still holds its id.
+	if r := b.publish(t, "evt_1", "video.trending"); r.Targets[0].Outcome != producer.Duplicate {
+		t.Fatalf("publish after completion: %s", r.Targets[0].Outcome)
+	}
+	eventually(t, 5*time.Second, "queue settled", func() bool { return b.settled(t) })
+	if n := s.count(); n != 1 {
+		t.Fatalf("sink received %d requests, want exactly 1", n)
+	}
+	info, _ := b.insp.GetTaskInfo(b.ns, id)
+	var res worker.Result
+	if err := json.Unmarshal(info.Result, &res); err != nil || res.Status != 200 || res.Attempt != 1 {
+		t.Fatalf("task result %s: %v", info.Result, err)
+	}
+}
+
+func TestRateLimitHolds(t *testing.T) {
+	t.Parallel()
+	const n, rate, burst = 200, 20, 5
+	b := setup(t, worker.Config{})
+	s := newSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: rate, Burst: burst, Period: time.Second}})
+	for i := range n {
+		b.publish(t, fmt.Sprintf("e%03d", i), "t")
+	}
+	eventually(t, 30*time.Second, "200 deliveries", func() bool { return s.count() >= n })
+	a := s.got()
+	if len(a) != n {
+		t.Fatalf("%d deliveries, want %d", len(a), n)
+	}
+	// No window may hold more than burst + rate·t arrivals. 10ms of slack
+	// covers the gap between the limiter's decision and the sink's clock.
+	const slack = 10 * time.Millisecond
+	for i := range a {
+		for j := i; j < len(a); j++ {
+			window := a[j].at.Sub(a[i].at) + slack
+			if allowed := burst + rate*window.Seconds(); float64(j-i+1) > allowed {
+				t.Fatalf("%d arrivals in %v (from #%d), limit allows %.1f", j-i+1, window, i, allowed)
+			}
+		}
+	}
+	steady := float64(n-burst-1) / a[n-1].at.Sub(a[burst].at).Seconds()
+	if steady < rate*0.95 || steady > rate*1.05 {
+		t.Fatalf("steady rate %.2f/s, want within 5%% of %d/s", steady, rate)
+	}
+	t.Logf("steady rate %.2f/s; %d handler runs for %d deliveries", steady, b.w.Stats().Runs.Load(), n)
+}
+
+func testRetryAfter(t *testing.T, header func(received time.Time) (value string, deadline time.Time)) {
+	b := setup(t, worker.Config{})
+	var deadline time.Time
+	s := newSink(t, nil)
+	s.respond = func(w http.ResponseWriter, n int) {
+		if n == 0 {
+			var v string
+			v, deadline = header(time.Now())
+			w.Header().Set("Retry-After", v)
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}
+	// One slot: the other events are queued behind the one that earns the
+	// 429, which is exactly the case seed 000 got wrong.
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxInFlight: 1})
+	const n = 5
+	for i := range n {
+		b.publish(t, fmt.Sprintf("e%d", i), "t")
+	}
+	eventually(t, 20*time.Second, "all events after the 429", func() bool { return s.count() >= n+1 })
+	a := s.got()
+	for i, r := range a[1:] {
+		if r.at.Before(deadline) {
+			t.Fatalf("request %d arrived %v before the Retry-After deadline", i+1, deadline.Sub(r.at))
+		}
+	}
+	first := a[0].header.Get("webhook-id")
+	retried := 0
+	for _, r := range a[1:] {
+		if r.header.Get("webhook-id") == first {
+			retried++
+		}
+	}
+	if len(a) != n+1 || retried != 1 {
+		t.Fatalf("%d requests, %d retries of the throttled event; want %d and 1", len(a), retried, n+1)
+	}
+	id := tasks.TaskID("s", first)
+	info, err := b.insp.GetTaskInfo(b.ns, id)
+	if err != nil || info.Retried != 0 {
+		t.Fatalf("throttled task: retried %d (%v); a 429 must not spend an attempt", info.Retried, err)
+	}
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	t.Parallel()
+	testRetryAfter(t, func(now time.Time) (string, time.Time) { return "3", now.Add(3 * time.Second) })
+}
+
+func TestRetryAfterHTTPDate(t *testing.T) {
+	t.Parallel()
+	testRetryAfter(t, func(now time.Time) (string, time.Time) {
+		d := now.Add(3 * time.Second).UTC().Truncate(time.Second)
+		return d.Format(http.TimeFormat), d
+	})
+}
+
+func TestSlowSubscriberDoesNotDelayFast(t *testing.T) {
+	t.Parallel()
+	// A small pool, so a slow endpoint that hogged it would show.
+	b := setup(t, worker.Config{Concurrency: 8})
+	slow := newSink(t, func(http.ResponseWriter, int) { time.Sleep(2 * time.Second) })
+	fast := newSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "slow", URL: slow.URL, MaxInFlight: 2})
+	b.put(t, tasks.Subscriber{ID: "fast", URL: fast.URL, Limit: limits.PerSecond(100)})
+	const n = 20
+	for i := range n {
+		b.publish(t, fmt.Sprintf("e%d", i), "t")
+	}
+	eventually(t, 20*time.Second, "fast deliveries", func() bool { return fast.count() >= n })
+	// All of the fast subscriber's events arrived before the slow endpoint
+	// had answered even its first request.
+	if first := slow.got(); len(first) > 0 {
+		if last := fast.got()[n-1].at; !last.Before(first[0].at.Add(2 * time.Second)) {
+			t.Fatalf("fast subscriber's last delivery came %v after the slow one's first request",
+				last.Sub(first[0].at))
+		}
+	}
+	if got := slow.count(); got >= n {
+		t.Fatalf("slow subscriber already has %d requests; the test proves nothing", got)
+	}
+}
+
+func TestAlways500IsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
+	s := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 3})
+	b.publish(t, "e1", "t")
+	id := tasks.TaskID("s", "e1")
+	var info *asynq.TaskInfo
+	eventually(t, 20*time.Second, "archived", func() bool {
+		var err error
+		info, err = b.insp.GetTaskInfo(b.ns, id)
+		return err == nil && info.State == asynq.TaskStateArchived
+	})
+	if want := "attempt 3 of 3: HTTP 500 Internal Server Error"; !strings.Contains(info.LastErr, want) {
+		t.Fatalf("archived error %q, want it to contain %q", info.LastErr, want)
+	}
+	if n := s.count(); n != 3 {
+		t.Fatalf("sink saw %d attempts, want 3", n)
+	}
+	ids := map[string]bool{}
+	for _, a := range s.got() {
+		ids[a.header.Get("webhook-id")] = true
+	}
+	if len(ids) != 1 || !ids["e1"] {
+		t.Fatalf("webhook-id across attempts: %v, want only e1", ids)
+	}
+}
+
+func TestGoneDeadLettersAndPauses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	s := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusGone) })
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+	b.publish(t, "e1", "t")
+	eventually(t, 10*time.Second, "archived", func() bool {
+		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e1"))
+		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "HTTP 410 Gone")
+	})
+	sub, err := b.p.GetSubscriber(context.Background(), "s")
+	if err != nil || !sub.Paused {
+		t.Fatalf("subscriber after 410: paused=%v, %v", sub.Paused, err)
+	}
+	if n := s.count(); n != 1 {
+		t.Fatalf("sink saw %d requests, want 1", n)
+	}
+	// Paused: new events are not fanned out to it.
+	if r := b.publish(t, "e2", "t"); len(r.Targets) != 0 {
+		t.Fatalf("paused subscriber got %v", r.Targets)
+	}
+}
+
+func TestSignaturesAndBody(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	s := newSink(t, nil)
+	sec2, _ := tasks.NewSecret()
+	sub := b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+	sub.Secrets = append(sub.Secrets, sec2)
+	b.put(t, sub)
+	ts := time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)
+	_, err := b.p.Publish(context.Background(), tasks.Event{ID: "evt_01JMZ8K3", Type: "video.trending", Timestamp: ts,
+		Data: json.RawMessage(`{"video_id":"vv_9f31c2","region":"NL"}`)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "delivery", func() bool { return s.count() == 1 })
+	a := s.got()[0]
+	if sigs := strings.Fields(a.header.Get("webhook-signature")); len(sigs) != 2 {
+		t.Fatalf("webhook-signature %q: want two signatures", a.header.Get("webhook-signature"))
+	}
+	for _, sec := range sub.Secrets {
+		wh, err := standardwebhooks.NewWebhook(sec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wh.Verify(a.body, a.header); err != nil {
+			t.Fatalf("signature for secret %d does not verify: %v", len(sec), err)
+		}
+	}
+	other, _ := tasks.NewSecret()
+	wh, _ := standardwebhooks.NewWebhook(other)
+	if wh.Verify(a.body, a.header) == nil {
+		t.Fatal("an unrelated secret verifies")
+	}
+	want := `{"id":"evt_01JMZ8K3","type":"video.trending","timestamp":"2026-07-11T08:14:02Z","data":{"video_id":"vv_9f31c2","region":"NL"}}`
+	if string(a.body) != want {
+		t.Fatalf("body %s\nwant %s", a.body, want)
+	}
+	if a.header.Get("webhook-id") != "evt_01JMZ8K3" || !strings.HasPrefix(a.header.Get("User-Agent"), "hooklane/") ||
+		a.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("headers %v", a.header)
+	}
+}
+
+func TestNotBeforeIsHonoured(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	s := newSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+	nb := time.Now().Add(1500 * time.Millisecond)
+	_, err := b.p.Publish(context.Background(), tasks.Event{ID: "e", Type: "t", Data: json.RawMessage(`1`)},
+		&producer.PublishOpts{NotBefore: nb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "delivery", func() bool { return s.count() == 1 })
+	if at := s.got()[0].at; at.Before(nb) {
+		t.Fatalf("delivered %v before not-before", nb.Sub(at))
+	}
+}
+
+func TestRedirectNotFollowed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
+	target := newSink(t, nil)
+	s := newSink(t, func(w http.ResponseWriter, _ int) {
+		w.Header().Set("Location", target.URL)
+		w.WriteHeader(http.StatusFound)
+	})
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 1})
+	b.publish(t, "e", "t")
+	eventually(t, 10*time.Second, "archived", func() bool {
+		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "HTTP 302")
+	})
+	if target.count() != 0 {
+		t.Fatal("redirect was followed")
+	}
+}
+
+func TestDeletedSubscriberIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	s := newSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+	if err := b.p.SetPaused(context.Background(), "s", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.p.SendTo(context.Background(), "s", tasks.Event{ID: "e", Type: "t", Data: json.RawMessage(`1`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "held while paused", func() bool {
+		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+		return err == nil && info.State == asynq.TaskStateRetry && strings.Contains(info.LastErr, "subscriber paused")
+	})
+	if err := b.p.DeleteSubscriber(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.insp.RunTask(b.ns, tasks.TaskID("s", "e")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "archived", func() bool {
+		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "deleted")
+	})
+	if s.count() != 0 {
+		t.Fatal("a paused subscriber received a request")
+	}
+}
+
+func TestUndecodablePayloadIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	c := asynq.NewClientFromRedisClient(b.rdb)
+	if _, err := c.Enqueue(asynq.NewTask(tasks.TypeDeliver, []byte("{not json"), asynq.Queue(b.ns), asynq.TaskID("bad"))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "archived", func() bool {
+		info, err := b.insp.GetTaskInfo(b.ns, "bad")
+		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "undecodable payload")
+	})
+}

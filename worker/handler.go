@@ -1,0 +1,296 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// RetryError is a counted failure that carries its own backoff, so that the
+// same delay can also become the destination's cooldown.
+type RetryError struct {
+	After time.Duration
+	Msg   string
+}
+
+func (e *RetryError) Error() string { return e.Msg }
+
+// infraError is a failure of hooklane's own infrastructure (Redis) inside a
+// gate. It is retried with backoff and logged but spends no attempt, and it
+// is never read as "rate limited".
+type infraError struct{ err error }
+
+func (e *infraError) Error() string { return "hooklane infrastructure: " + e.err.Error() }
+func (e *infraError) Unwrap() error { return e.err }
+
+// isFailure is asynq's Config.IsFailure: deferrals and infrastructure
+// errors do not count as attempts.
+func isFailure(err error) bool {
+	var d *limits.DeferredError
+	var i *infraError
+	return !errors.As(err, &d) && !errors.As(err, &i)
+}
+
+// retryDelay is asynq's Config.RetryDelayFunc.
+func (h *handler) retryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	var d *limits.DeferredError
+	var r *RetryError
+	switch {
+	case errors.As(err, &d):
+		return d.Delay(time.Now())
+	case errors.As(err, &r):
+		return r.After
+	case errors.As(err, new(*infraError)):
+		return limits.Backoff(3, time.Second, time.Minute)
+	}
+	return limits.Backoff(n, h.cfg.BackoffBase, h.cfg.BackoffMax)
+}
+
+type handler struct {
+	cfg    Config
+	rdb    redis.UniversalClient
+	gates  *limits.Gates
+	keys   tasks.Keys
+	client *http.Client
+	lanes  *lanes
+	log    *slog.Logger
+	stats  *Stats
+}
+
+// Result is what a delivered task's asynq result holds.
+type Result struct {
+	Status      int       `json:"status"`
+	LatencyMS   int64     `json:"latency_ms"`
+	Attempt     int       `json:"attempt"`
+	DeliveredAt time.Time `json:"delivered_at"`
+}
+
+// ProcessTask delivers one event to one subscriber.
+func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	h.stats.Runs.Add(1)
+	err := h.process(ctx, t)
+	h.stats.count(err)
+	return err
+}
+
+func (h *handler) process(ctx context.Context, t *asynq.Task) error {
+	d, err := tasks.DecodeDelivery(t.Payload())
+	if err != nil {
+		return err
+	}
+	sub, cooldown, err := h.load(ctx, d.SubscriberID)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	switch {
+	case now.Before(d.NotBefore):
+		return h.deferTo(ctx, &d, &sub, d.NotBefore, "not before "+stamp(d.NotBefore))
+	case sub.Paused:
+		return h.deferTo(ctx, &d, &sub, now.Add(h.cfg.PauseRecheck), "subscriber paused")
+	case now.Before(cooldown):
+		return h.deferTo(ctx, &d, &sub, cooldown, "destination cooling down until "+stamp(cooldown))
+	}
+	token, err := h.admit(ctx, &d, &sub)
+	if err != nil {
+		return err
+	}
+	resp := post(ctx, h.client, &sub, &d.Event)
+	// finish records a cooldown before the slot is released, so no task
+	// waiting for this slot can send after a 429.
+	err = h.finish(ctx, t, &d, &sub, resp)
+	h.release(ctx, sub.ID, token)
+	return err
+}
+
+// release frees an in-flight slot; a failure only costs the slot its ttl.
+func (h *handler) release(ctx context.Context, sub, token string) {
+	if err := h.gates.Release(context.WithoutCancel(ctx), sub, token); err != nil {
+		h.log.Warn("in-flight release failed", "subscriber_id", sub, "err", err)
+	}
+}
+
+// load reads the subscriber, whether it is paused, and its cooldown in one
+// round trip.
+func (h *handler) load(ctx context.Context, id string) (tasks.Subscriber, time.Time, error) {
+	var get, cool *redis.StringCmd
+	var paused *redis.BoolCmd
+	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.HGet(ctx, h.keys.Subscribers(), id)
+		paused = p.SIsMember(ctx, h.keys.Paused(), id)
+		cool = p.Get(ctx, h.gates.CooldownKey(id))
+		return nil
+	})
+	var s tasks.Subscriber
+	switch {
+	case errors.Is(get.Err(), redis.Nil):
+		return s, time.Time{}, fmt.Errorf("subscriber %s was deleted: %w", id, asynq.SkipRetry)
+	case err != nil && !errors.Is(err, redis.Nil):
+		return s, time.Time{}, h.infra("load subscriber", id, err)
+	}
+	if err := json.Unmarshal([]byte(get.Val()), &s); err != nil {
+		return s, time.Time{}, fmt.Errorf("subscriber %s unreadable: %v: %w", id, err, asynq.SkipRetry)
+	}
+	s.Paused = paused.Val()
+	return s, limits.ParseCooldown(cool.Val()), nil
+}
+
+func (h *handler) infra(what, sub string, err error) error {
+	h.log.Error("redis error in gate", "gate", what, "subscriber_id", sub, "err", err)
+	return &infraError{fmt.Errorf("%s: %w", what, err)}
+}
+
+// deferTo reschedules the task at a paced slot no earlier than notBefore,
+// or dead-letters it when that is past its retry horizon.
+func (h *handler) deferTo(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, notBefore time.Time, reason string) error {
+	if notBefore.After(d.ExpiresAt) {
+		return fmt.Errorf("retry horizon %s passed while %s: %w", stamp(d.ExpiresAt), reason, asynq.SkipRetry)
+	}
+	wake, err := h.gates.Reserve(ctx, limits.Reservation{Subscriber: sub.ID, Limit: sub.Limit, NotBefore: notBefore})
+	if err != nil {
+		return h.infra("reserve", sub.ID, err)
+	}
+	// Due at the start of the slot's second (the lane waits out the rest),
+	// but never before notBefore, which DeferredError rounds up.
+	until := wake[0].Truncate(time.Second)
+	if until.Before(notBefore) {
+		until = notBefore
+	}
+	return &limits.DeferredError{Until: until, Reason: reason}
+}
+
+// admit passes the max-in-flight and rate-limit gates, waiting in the
+// destination's lane for at most MaxWait. It returns the in-flight token.
+func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber) (string, error) {
+	now := time.Now()
+	l, ok := h.lanes.join(sub.ID)
+	if !ok {
+		return "", h.deferTo(ctx, d, sub, now, "waiting room full")
+	}
+	defer h.lanes.leave(sub.ID, l)
+	deadline := now.Add(h.cfg.MaxWait)
+	if !l.lock(ctx, deadline) {
+		return "", h.deferTo(ctx, d, sub, time.Now(), "destination busy")
+	}
+	defer l.unlock()
+
+	slotTTL := h.cfg.RequestTimeout + h.cfg.MaxWait + 5*time.Second
+	const poll = 20 * time.Millisecond
+	for {
+		token, coolUntil, err := h.gates.Acquire(ctx, sub.ID, sub.MaxInFlight, slotTTL)
+		switch {
+		case err != nil:
+			return "", h.infra("max in-flight", sub.ID, err)
+		case !coolUntil.IsZero():
+			return "", h.deferTo(ctx, d, sub, coolUntil, "destination cooling down until "+stamp(coolUntil))
+		case token == "":
+			if time.Until(deadline) < poll || !sleep(ctx, poll) {
+				return "", h.deferTo(ctx, d, sub, time.Now().Add(time.Second),
+					fmt.Sprintf("max in-flight %d reached", sub.MaxInFlight))
+			}
+			continue
+		}
+		wait, err := h.gates.Allow(ctx, sub.ID, sub.Limit)
+		if err == nil && wait == 0 {
+			return token, nil
+		}
+		// Not holding the slot while sleeping lets other processes use it,
+		// and re-acquiring re-checks the cooldown.
+		h.release(ctx, sub.ID, token)
+		if err != nil {
+			return "", h.infra("rate limit", sub.ID, err)
+		}
+		if time.Until(deadline) < wait || !sleep(ctx, wait) {
+			return "", h.deferTo(ctx, d, sub, time.Now().Add(wait), "rate limit "+sub.Limit.String())
+		}
+	}
+}
+
+// finish turns the endpoint's answer into the task's next state.
+func (h *handler) finish(ctx context.Context, t *asynq.Task, d *tasks.Delivery, sub *tasks.Subscriber, r response) error {
+	retried, _ := asynq.GetRetryCount(ctx)
+	maxAttempts, _ := asynq.GetMaxRetry(ctx)
+	attempt := retried + 1
+	log := h.log.With("subscriber_id", sub.ID, "event_id", d.Event.ID, "attempt", attempt)
+
+	if r.err == nil && r.status/100 == 2 {
+		b, _ := json.Marshal(Result{Status: r.status, LatencyMS: r.latency.Milliseconds(), Attempt: attempt, DeliveredAt: r.received})
+		if _, err := t.ResultWriter().Write(b); err != nil {
+			log.Warn("could not record result", "err", err)
+		}
+		log.Debug("delivered", "status", r.status, "latency_ms", r.latency.Milliseconds())
+		return nil
+	}
+
+	what := describe(r)
+	if r.status == http.StatusGone {
+		if err := h.rdb.SAdd(ctx, h.keys.Paused(), sub.ID).Err(); err != nil {
+			log.Error("could not pause subscriber after 410", "err", err)
+		}
+		log.Warn("endpoint gone: subscriber paused, event dead-lettered")
+		return fmt.Errorf("%s: subscriber paused: %w", what, asynq.SkipRetry)
+	}
+
+	// 429, or 503 with a usable Retry-After: the endpoint names when to come
+	// back. The deadline is obeyed exactly (no jitter), spends no attempt,
+	// and cools the whole destination so its other events wait too.
+	throttled := r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable
+	if deadline, ok := limits.ParseRetryAfter(r.retryAfter, r.received, h.cfg.MaxRetryAfter); throttled && ok {
+		what = fmt.Sprintf("%s; deadline %s; received %s", what, stamp(deadline), stamp(r.received))
+		if _, err := h.gates.Cooldown(ctx, sub.ID, deadline); err != nil {
+			// The task still waits for its deadline; only the cooldown of
+			// the other events is lost.
+			log.Error("could not record cooldown", "err", err)
+		}
+		if deadline.After(d.ExpiresAt) {
+			return fmt.Errorf("%s; retry horizon %s passed: %w", what, stamp(d.ExpiresAt), asynq.SkipRetry)
+		}
+		log.Info("throttled by endpoint", "status", r.status, "retry_after", r.retryAfter, "deadline", deadline)
+		return &limits.DeferredError{Until: deadline, Reason: what}
+	}
+
+	// Anything else is a counted failure with backoff and full jitter.
+	if attempt >= maxAttempts {
+		log.Warn("dead-lettered: attempts exhausted", "reason", what)
+		return fmt.Errorf("attempt %d of %d: %s: %w", attempt, maxAttempts, what, asynq.SkipRetry)
+	}
+	after := limits.Backoff(retried, h.cfg.BackoffBase, h.cfg.BackoffMax)
+	next := r.received.Add(after)
+	if next.After(d.ExpiresAt) {
+		return fmt.Errorf("attempt %d: %s; retry horizon %s passed: %w", attempt, what, stamp(d.ExpiresAt), asynq.SkipRetry)
+	}
+	if r.status == http.StatusTooManyRequests {
+		// Throttled without a usable Retry-After: the local backoff cools
+		// the destination too.
+		if _, err := h.gates.Cooldown(ctx, sub.ID, next); err != nil {
+			log.Error("could not record cooldown", "err", err)
+		}
+	}
+	log.Info("delivery failed, will retry", "reason", what, "retry_in", after)
+	return &RetryError{After: after, Msg: fmt.Sprintf("attempt %d of %d: %s; next try in about %s",
+		attempt, maxAttempts, what, after.Round(time.Second))}
+}
+
+// describe is the error text asynqmon shows: status, raw Retry-After.
+func describe(r response) string {
+	if r.err != nil {
+		return "request failed: " + r.err.Error()
+	}
+	s := fmt.Sprintf("HTTP %d %s", r.status, http.StatusText(r.status))
+	if r.retryAfter != "" || r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable {
+		s += fmt.Sprintf("; Retry-After %q", r.retryAfter)
+	}
+	return s
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -1,0 +1,102 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// maxResponseBody is all of a response hooklane reads; the rest is dropped.
+const maxResponseBody = 64 << 10
+
+func newHTTPClient(c Config) *http.Client {
+	dialer := &net.Dialer{Timeout: c.ConnectTimeout, KeepAlive: 30 * time.Second}
+	return &http.Client{
+		Timeout: c.RequestTimeout,
+		Transport: &http.Transport{
+			Proxy:                  nil, // a proxy from the environment would bypass per-destination policy
+			DialContext:            dialer.DialContext,
+			TLSHandshakeTimeout:    c.ConnectTimeout,
+			MaxIdleConns:           1024,
+			MaxIdleConnsPerHost:    128,
+			IdleConnTimeout:        90 * time.Second,
+			MaxResponseHeaderBytes: maxResponseBody,
+			ForceAttemptHTTP2:      true,
+		},
+		// A redirect is the receiver's misconfiguration; following it would
+		// send a signed event somewhere the subscriber did not register.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// response is what one POST produced.
+type response struct {
+	status     int
+	retryAfter string
+	received   time.Time
+	latency    time.Duration
+	err        error // transport error: no status
+}
+
+// sign returns the webhook-signature header value: one "v1,<base64>" per
+// secret, space separated, so receivers can verify during a rotation.
+func sign(secrets []string, msgID string, ts time.Time, body []byte) (string, error) {
+	sigs := make([]string, 0, len(secrets))
+	for _, s := range secrets {
+		wh, err := standardwebhooks.NewWebhook(s)
+		if err != nil {
+			return "", fmt.Errorf("secret unusable: %w", err)
+		}
+		sig, err := wh.Sign(msgID, ts, body)
+		if err != nil {
+			return "", err
+		}
+		sigs = append(sigs, sig)
+	}
+	return strings.Join(sigs, " "), nil
+}
+
+// post sends ev to sub, signed, and reads at most maxResponseBody of the answer.
+func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *tasks.Event) response {
+	body, err := json.Marshal(ev) // {id, type, timestamp, data}
+	if err != nil {
+		return response{err: err}
+	}
+	start := time.Now()
+	sig, err := sign(sub.Secrets, ev.ID, start, body)
+	if err != nil {
+		return response{err: err}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.URL, bytes.NewReader(body))
+	if err != nil {
+		return response{err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "hooklane/"+Version)
+	req.Header.Set(standardwebhooks.HeaderWebhookID, ev.ID)
+	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(start.Unix(), 10))
+	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	resp, err := client.Do(req)
+	if err != nil {
+		return response{err: err, received: time.Now(), latency: time.Since(start)}
+	}
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
+	resp.Body.Close()
+	r := response{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"),
+		received: time.Now(), latency: time.Since(start)}
+	if err != nil && resp.StatusCode/100 != 2 {
+		r.err = fmt.Errorf("HTTP %d, then reading the body: %w", resp.StatusCode, err)
+	}
+	return r
+}

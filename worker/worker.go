@@ -1,0 +1,89 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// Worker is hooklane's asynq server with the delivery handler.
+type Worker struct {
+	cfg     Config
+	srv     *asynq.Server
+	rdb     redis.UniversalClient
+	ownRDB  bool
+	handler asynq.Handler
+	stats   Stats
+}
+
+// Stats returns the worker's live counters.
+func (w *Worker) Stats() *Stats { return &w.stats }
+
+// New builds a Worker; Start or Run it.
+func New(cfg Config) (*Worker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, rdb: cfg.Redis}
+	if w.rdb == nil {
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("worker: REDIS_URL: %w", err)
+		}
+		w.rdb, w.ownRDB = redis.NewClient(opt), true
+	}
+	h := &handler{
+		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.rdb, cfg.Namespace), keys: tasks.Keys(cfg.Namespace),
+		client: newHTTPClient(cfg), lanes: newLanes(cfg.MaxWaiters), log: cfg.Logger, stats: &w.stats,
+	}
+	w.srv = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
+		Concurrency:              cfg.Concurrency,
+		Queues:                   map[string]int{cfg.Namespace: 1},
+		IsFailure:                isFailure,
+		RetryDelayFunc:           h.retryDelay,
+		TaskCheckInterval:        cfg.PollInterval,
+		DelayedTaskCheckInterval: cfg.ForwardInterval,
+		ShutdownTimeout:          cfg.ShutdownTimeout,
+		Logger:                   asynqLogger{cfg.Logger},
+		LogLevel:                 asynq.WarnLevel,
+	})
+	mux := asynq.NewServeMux()
+	mux.Handle(tasks.TypeDeliver, h)
+	w.handler = mux
+	return w, nil
+}
+
+// Run delivers until ctx is done, then shuts down gracefully: it stops
+// fetching, lets in-flight deliveries finish for up to ShutdownTimeout and
+// puts back the rest.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.srv.Start(w.handler); err != nil {
+		return err
+	}
+	w.cfg.Logger.Info("worker started", "namespace", w.cfg.Namespace, "concurrency", w.cfg.Concurrency)
+	<-ctx.Done()
+	w.cfg.Logger.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
+	w.srv.Shutdown()
+	if w.ownRDB {
+		return w.rdb.Close()
+	}
+	return nil
+}
+
+// asynqLogger adapts slog to asynq.Logger.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
+func (a asynqLogger) Fatal(args ...any) {
+	a.l.Error(fmt.Sprint(args...), "component", "asynq", "fatal", true)
+}
