@@ -28,9 +28,9 @@ func NewGates(rdb redis.UniversalClient, namespace string) *Gates {
 // CooldownKey holds the Unix-millisecond time before which nothing may be
 // sent to the subscriber.
 func (g *Gates) CooldownKey(sub string) string { return g.ns + ":cooldown:" + sub }
-func (g *Gates) inflightKey(sub string) string  { return g.ns + ":inflight:" + sub }
-func (g *Gates) pacingKey(sub string) string    { return g.ns + ":pacing:" + sub }
-func (g *Gates) rateKey(sub string) string      { return g.ns + ":" + sub }
+func (g *Gates) inflightKey(sub string) string { return g.ns + ":inflight:" + sub }
+func (g *Gates) pacingKey(sub string) string   { return g.ns + ":pacing:" + sub }
+func (g *Gates) rateKey(sub string) string     { return g.ns + ":" + sub }
 
 // ParseCooldown reads the value stored at CooldownKey (absent: zero time).
 func ParseCooldown(v string) time.Time {
