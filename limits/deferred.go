@@ -12,6 +12,7 @@ import (
 // from active to retry happens in asynq's single Lua step, never earlier.
 type DeferredError struct {
 	Until  time.Time
+	Gate   string // which check deferred it, for metrics
 	Reason string // shown in asynqmon as the task's last error
 }
 

@@ -107,6 +107,11 @@ func (g *Gates) Release(ctx context.Context, sub, token string) error {
 	return g.rdb.ZRem(ctx, g.inflightKey(sub), token).Err()
 }
 
+// ReleaseIn queues Release on a pipeline.
+func (g *Gates) ReleaseIn(ctx context.Context, p redis.Pipeliner, sub, token string) {
+	p.ZRem(ctx, g.inflightKey(sub), token)
+}
+
 // InFlight counts the live slots of sub.
 func (g *Gates) InFlight(ctx context.Context, sub string) (int64, error) {
 	return g.rdb.ZCount(ctx, g.inflightKey(sub), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()

@@ -111,6 +111,9 @@ func New(cfg *Config) (*Producer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("producer: RedisURL: %w", err)
 		}
+		// An app publishing while Redis is down wants to hear so at once,
+		// not after go-redis's default 5 dials times 3 retries.
+		opt.DialerRetries, opt.MaxRetries = 1, 1
 		p.rdb, p.ownRDB = redis.NewClient(opt), true
 	}
 	p.client = asynq.NewClientFromRedisClient(p.rdb)

@@ -80,6 +80,14 @@ func TestRateLimitHolds(t *testing.T) {
 		t.Fatalf("steady rate %.2f/s, want within 5%% of %d/s", steady, rate)
 	}
 	t.Logf("steady rate %.2f/s; %d handler runs for %d deliveries", steady, b.w.Stats().Runs.Load(), n)
+	st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, "s")
+	var hist int64
+	for _, le := range worker.LatencyBuckets {
+		hist += st[fmt.Sprintf("e2e:%g", le)]
+	}
+	if err != nil || st["delivered"] != n || hist+st["e2e:+Inf"] != n {
+		t.Fatalf("counters %v, %v; want %d delivered, all in the e2e histogram", st, err, n)
+	}
 }
 
 func testRetryAfter(t *testing.T, header func(received time.Time) (value string, deadline time.Time)) {
@@ -117,6 +125,9 @@ func testRetryAfter(t *testing.T, header func(received time.Time) (value string,
 	}
 	if len(a) != n+1 || retried != 1 {
 		t.Fatalf("%d requests, %d retries of the throttled event; want %d and 1", len(a), retried, n+1)
+	}
+	if st, _ := worker.ReadStats(context.Background(), b.rdb, b.ns, "s"); st["deferred:retry_after"] != 1 || st["delivered"] != n {
+		t.Fatalf("counters %v: want one retry_after deferral and %d delivered", st, n)
 	}
 	id := tasks.TaskID("s", first)
 	info, err := b.insp.GetTaskInfo(b.ns, id)
@@ -182,6 +193,10 @@ func TestAlways500IsDeadLettered(t *testing.T) {
 	}
 	if n := s.count(); n != 3 {
 		t.Fatalf("sink saw %d attempts, want 3", n)
+	}
+	st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, "s")
+	if err != nil || st["failed"] != 2 || st["dead:attempts"] != 1 || st["delivered"] != 0 {
+		t.Fatalf("counters %v, %v; want failed 2, dead:attempts 1", st, err)
 	}
 	ids := map[string]bool{}
 	for _, a := range s.got() {

@@ -77,17 +77,18 @@ type Result struct {
 
 // ProcessTask delivers one event to one subscriber.
 func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
-	h.stats.Runs.Add(1)
-	err := h.process(ctx, t)
-	h.stats.count(err)
+	var r run
+	err := h.process(ctx, t, &r)
+	h.record(ctx, &r, err)
 	return err
 }
 
-func (h *handler) process(ctx context.Context, t *asynq.Task) error {
+func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	d, err := tasks.DecodeDelivery(t.Payload())
 	if err != nil {
 		return err
 	}
+	r.sub = d.SubscriberID
 	sub, cooldown, err := h.load(ctx, d.SubscriberID)
 	if err != nil {
 		return err
@@ -95,29 +96,26 @@ func (h *handler) process(ctx context.Context, t *asynq.Task) error {
 	now := time.Now()
 	switch {
 	case now.Before(d.NotBefore):
-		return h.deferTo(ctx, &d, &sub, d.NotBefore, "not before "+stamp(d.NotBefore))
+		return h.deferTo(ctx, &d, &sub, GateNotBefore, d.NotBefore, "not before "+stamp(d.NotBefore))
 	case sub.Paused:
-		return h.deferTo(ctx, &d, &sub, now.Add(h.cfg.PauseRecheck), "subscriber paused")
+		return h.deferTo(ctx, &d, &sub, GatePaused, now.Add(h.cfg.PauseRecheck), "subscriber paused")
 	case now.Before(cooldown):
-		return h.deferTo(ctx, &d, &sub, cooldown, "destination cooling down until "+stamp(cooldown))
+		return h.deferTo(ctx, &d, &sub, GateCooldown, cooldown, "destination cooling down until "+stamp(cooldown))
 	}
-	token, err := h.admit(ctx, &d, &sub)
-	if err != nil {
+	if r.token, err = h.admit(ctx, &d, &sub); err != nil {
 		return err
 	}
 	resp := post(ctx, h.client, &sub, &d.Event)
-	// finish records a cooldown before the slot is released, so no task
-	// waiting for this slot can send after a 429.
-	err = h.finish(ctx, t, &d, &sub, resp)
-	h.release(ctx, sub.ID, token)
-	return err
-}
-
-// release frees an in-flight slot; a failure only costs the slot its ttl.
-func (h *handler) release(ctx context.Context, sub, token string) {
-	if err := h.gates.Release(context.WithoutCancel(ctx), sub, token); err != nil {
-		h.log.Warn("in-flight release failed", "subscriber_id", sub, "err", err)
+	if resp.err == nil && resp.status/100 == 2 {
+		due := d.EnqueuedAt
+		if due.Before(d.NotBefore) {
+			due = d.NotBefore
+		}
+		r.delivered, r.e2e, r.late = true, resp.received.Sub(d.EnqueuedAt), resp.received.Sub(due)
 	}
+	// finish records a cooldown before record releases the slot, so no task
+	// waiting for this slot can send after a 429.
+	return h.finish(ctx, t, &d, &sub, resp)
 }
 
 // load reads the subscriber, whether it is paused, and its cooldown in one
@@ -134,12 +132,12 @@ func (h *handler) load(ctx context.Context, id string) (tasks.Subscriber, time.T
 	var s tasks.Subscriber
 	switch {
 	case errors.Is(get.Err(), redis.Nil):
-		return s, time.Time{}, fmt.Errorf("subscriber %s was deleted: %w", id, asynq.SkipRetry)
+		return s, time.Time{}, dead(DeadDeleted, "subscriber %s was deleted", id)
 	case err != nil && !errors.Is(err, redis.Nil):
 		return s, time.Time{}, h.infra("load subscriber", id, err)
 	}
 	if err := json.Unmarshal([]byte(get.Val()), &s); err != nil {
-		return s, time.Time{}, fmt.Errorf("subscriber %s unreadable: %v: %w", id, err, asynq.SkipRetry)
+		return s, time.Time{}, dead(DeadUndecodable, "subscriber %s unreadable: %v", id, err)
 	}
 	s.Paused = paused.Val()
 	return s, limits.ParseCooldown(cool.Val()), nil
@@ -152,9 +150,9 @@ func (h *handler) infra(what, sub string, err error) error {
 
 // deferTo reschedules the task at a paced slot no earlier than notBefore,
 // or dead-letters it when that is past its retry horizon.
-func (h *handler) deferTo(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, notBefore time.Time, reason string) error {
+func (h *handler) deferTo(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, gate string, notBefore time.Time, reason string) error {
 	if notBefore.After(d.ExpiresAt) {
-		return fmt.Errorf("retry horizon %s passed while %s: %w", stamp(d.ExpiresAt), reason, asynq.SkipRetry)
+		return dead(DeadHorizon, "retry horizon %s passed while %s", stamp(d.ExpiresAt), reason)
 	}
 	wake, err := h.gates.Reserve(ctx, limits.Reservation{Subscriber: sub.ID, Limit: sub.Limit, NotBefore: notBefore})
 	if err != nil {
@@ -166,7 +164,7 @@ func (h *handler) deferTo(ctx context.Context, d *tasks.Delivery, sub *tasks.Sub
 	if until.Before(notBefore) {
 		until = notBefore
 	}
-	return &limits.DeferredError{Until: until, Reason: reason}
+	return &limits.DeferredError{Until: until, Gate: gate, Reason: reason}
 }
 
 // admit passes the max-in-flight and rate-limit gates, waiting in the
@@ -175,12 +173,12 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 	now := time.Now()
 	l, ok := h.lanes.join(sub.ID)
 	if !ok {
-		return "", h.deferTo(ctx, d, sub, now, "waiting room full")
+		return "", h.deferTo(ctx, d, sub, GateWaiters, now, "waiting room full")
 	}
 	defer h.lanes.leave(sub.ID, l)
 	deadline := now.Add(h.cfg.MaxWait)
 	if !l.lock(ctx, deadline) {
-		return "", h.deferTo(ctx, d, sub, time.Now(), "destination busy")
+		return "", h.deferTo(ctx, d, sub, GateWaiters, time.Now(), "destination busy")
 	}
 	defer l.unlock()
 
@@ -192,10 +190,10 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 		case err != nil:
 			return "", h.infra("max in-flight", sub.ID, err)
 		case !coolUntil.IsZero():
-			return "", h.deferTo(ctx, d, sub, coolUntil, "destination cooling down until "+stamp(coolUntil))
+			return "", h.deferTo(ctx, d, sub, GateCooldown, coolUntil, "destination cooling down until "+stamp(coolUntil))
 		case token == "":
 			if time.Until(deadline) < poll || !sleep(ctx, poll) {
-				return "", h.deferTo(ctx, d, sub, time.Now().Add(time.Second),
+				return "", h.deferTo(ctx, d, sub, GateInFlight, time.Now().Add(time.Second),
 					fmt.Sprintf("max in-flight %d reached", sub.MaxInFlight))
 			}
 			continue
@@ -206,12 +204,14 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 		}
 		// Not holding the slot while sleeping lets other processes use it,
 		// and re-acquiring re-checks the cooldown.
-		h.release(ctx, sub.ID, token)
+		if rerr := h.gates.Release(context.WithoutCancel(ctx), sub.ID, token); rerr != nil {
+			h.log.Warn("in-flight release failed", "subscriber_id", sub.ID, "err", rerr) // costs the slot its ttl
+		}
 		if err != nil {
 			return "", h.infra("rate limit", sub.ID, err)
 		}
 		if time.Until(deadline) < wait || !sleep(ctx, wait) {
-			return "", h.deferTo(ctx, d, sub, time.Now().Add(wait), "rate limit "+sub.Limit.String())
+			return "", h.deferTo(ctx, d, sub, GateRateLimit, time.Now().Add(wait), "rate limit "+sub.Limit.String())
 		}
 	}
 }
@@ -238,7 +238,7 @@ func (h *handler) finish(ctx context.Context, t *asynq.Task, d *tasks.Delivery, 
 			log.Error("could not pause subscriber after 410", "err", err)
 		}
 		log.Warn("endpoint gone: subscriber paused, event dead-lettered")
-		return fmt.Errorf("%s: subscriber paused: %w", what, asynq.SkipRetry)
+		return dead(DeadGone, "%s: subscriber paused", what)
 	}
 
 	// 429, or 503 with a usable Retry-After: the endpoint names when to come
@@ -253,21 +253,21 @@ func (h *handler) finish(ctx context.Context, t *asynq.Task, d *tasks.Delivery, 
 			log.Error("could not record cooldown", "err", err)
 		}
 		if deadline.After(d.ExpiresAt) {
-			return fmt.Errorf("%s; retry horizon %s passed: %w", what, stamp(d.ExpiresAt), asynq.SkipRetry)
+			return dead(DeadHorizon, "%s; retry horizon %s passed", what, stamp(d.ExpiresAt))
 		}
 		log.Info("throttled by endpoint", "status", r.status, "retry_after", r.retryAfter, "deadline", deadline)
-		return &limits.DeferredError{Until: deadline, Reason: what}
+		return &limits.DeferredError{Until: deadline, Gate: GateRetryAfter, Reason: what}
 	}
 
 	// Anything else is a counted failure with backoff and full jitter.
 	if attempt >= maxAttempts {
 		log.Warn("dead-lettered: attempts exhausted", "reason", what)
-		return fmt.Errorf("attempt %d of %d: %s: %w", attempt, maxAttempts, what, asynq.SkipRetry)
+		return dead(DeadAttempts, "attempt %d of %d: %s", attempt, maxAttempts, what)
 	}
 	after := limits.Backoff(retried, h.cfg.BackoffBase, h.cfg.BackoffMax)
 	next := r.received.Add(after)
 	if next.After(d.ExpiresAt) {
-		return fmt.Errorf("attempt %d: %s; retry horizon %s passed: %w", attempt, what, stamp(d.ExpiresAt), asynq.SkipRetry)
+		return dead(DeadHorizon, "attempt %d: %s; retry horizon %s passed", attempt, what, stamp(d.ExpiresAt))
 	}
 	if r.status == http.StatusTooManyRequests {
 		// Throttled without a usable Retry-After: the local backoff cools

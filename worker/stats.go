@@ -1,15 +1,51 @@
 package worker
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/limits"
 )
 
-// Stats counts what the handler did, for benchmarks and metrics.
+// Gates, as named in DeferredError.Gate and in the per-subscriber counters.
+const (
+	GateNotBefore  = "not_before"
+	GatePaused     = "paused"
+	GateCooldown   = "cooldown"
+	GateWaiters    = "waiters" // this process already has MaxWaiters tasks waiting for the destination
+	GateInFlight   = "in_flight"
+	GateRateLimit  = "rate_limit"
+	GateRetryAfter = "retry_after" // the endpoint answered 429/503 with Retry-After
+)
+
+// Dead-letter reasons.
+const (
+	DeadAttempts    = "attempts"
+	DeadHorizon     = "horizon"
+	DeadGone        = "gone"
+	DeadDeleted     = "deleted"
+	DeadUndecodable = "undecodable"
+)
+
+// deadLetter sends a task to asynq's archive (it unwraps to asynq.SkipRetry)
+// with a reason for the counters and a message for asynqmon.
+type deadLetter struct{ reason, msg string }
+
+func (e *deadLetter) Error() string { return e.msg }
+func (e *deadLetter) Unwrap() error { return asynq.SkipRetry }
+
+func dead(reason, format string, args ...any) error {
+	return &deadLetter{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// Stats counts what this process's handler did, for benchmarks and tests.
 type Stats struct {
 	Runs      atomic.Int64 // handler invocations
 	Delivered atomic.Int64 // 2xx answers
@@ -18,17 +54,96 @@ type Stats struct {
 	Dead      atomic.Int64 // dead-lettered (archived)
 }
 
-func (s *Stats) count(err error) {
+// run is what one handler invocation learned. ProcessTask writes it, with
+// the in-flight slot's release, in one pipeline when the run ends.
+type run struct {
+	sub       string
+	token     string        // in-flight slot to release
+	delivered bool          // 2xx
+	e2e       time.Duration // publish → delivery
+	late      time.Duration // due (publish or not-before) → delivery
+}
+
+// LatencyBuckets are the upper bounds, in seconds, of the delivery latency
+// histograms kept per subscriber.
+var LatencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// StatsKey is the hash of subscriber sub's counters. Fields: delivered,
+// failed, infra_error, deferred:<gate>, dead:<reason>, and per histogram h
+// (e2e, late) h:<le> bucket counts (not cumulative; le "+Inf" last),
+// h_sum_ms.
+func StatsKey(namespace, sub string) string { return namespace + ":stats:" + sub }
+
+// record releases the run's slot and counts its outcome in one round trip.
+func (h *handler) record(ctx context.Context, r *run, err error) {
+	h.stats.Runs.Add(1)
+	var fields []string
 	var d *limits.DeferredError
-	var r *RetryError
+	var dl *deadLetter
+	var ie *infraError
 	switch {
 	case err == nil:
-		s.Delivered.Add(1)
+		h.stats.Delivered.Add(1)
+		fields = append(fields, "delivered", bucket("e2e", r.e2e), bucket("late", r.late))
 	case errors.As(err, &d):
-		s.Deferred.Add(1)
+		h.stats.Deferred.Add(1)
+		fields = append(fields, "deferred:"+d.Gate)
+	case errors.As(err, &dl):
+		h.stats.Dead.Add(1)
+		fields = append(fields, "dead:"+dl.reason)
 	case errors.Is(err, asynq.SkipRetry):
-		s.Dead.Add(1)
-	case errors.As(err, &r):
-		s.Failed.Add(1)
+		h.stats.Dead.Add(1)
+		fields = append(fields, "dead:"+DeadUndecodable)
+	case errors.As(err, &ie):
+		fields = append(fields, "infra_error")
+	default:
+		h.stats.Failed.Add(1)
+		fields = append(fields, "failed")
 	}
+	if r.sub == "" { // payload unreadable: no subscriber to count against
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	_, perr := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if r.token != "" {
+			h.gates.ReleaseIn(ctx, p, r.sub, r.token)
+		}
+		key := StatsKey(h.cfg.Namespace, r.sub)
+		for _, f := range fields {
+			p.HIncrBy(ctx, key, f, 1)
+		}
+		if r.delivered {
+			p.HIncrBy(ctx, key, "e2e_sum_ms", r.e2e.Milliseconds())
+			p.HIncrBy(ctx, key, "late_sum_ms", r.late.Milliseconds())
+		}
+		return nil
+	})
+	if perr != nil {
+		// A lost release costs the slot its ttl; a lost count only skews metrics.
+		h.log.Warn("could not release slot or count outcome", "subscriber_id", r.sub, "err", perr)
+	}
+}
+
+func bucket(h string, d time.Duration) string {
+	s := d.Seconds()
+	for _, le := range LatencyBuckets {
+		if s <= le {
+			return h + ":" + strconv.FormatFloat(le, 'g', -1, 64)
+		}
+	}
+	return h + ":+Inf"
+}
+
+// ReadStats returns subscriber sub's counters (see StatsKey).
+func ReadStats(ctx context.Context, rdb redis.UniversalClient, namespace, sub string) (map[string]int64, error) {
+	raw, err := rdb.HGetAll(ctx, StatsKey(namespace, sub)).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(raw))
+	for k, v := range raw {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		out[k] = n
+	}
+	return out, nil
 }

@@ -1,0 +1,74 @@
+package tasks
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+func TestMatches(t *testing.T) {
+	tests := []struct {
+		filter []string
+		typ    string
+		want   bool
+	}{
+		{nil, "anything", true},
+		{[]string{"video.trending"}, "video.trending", true},
+		{[]string{"video.trending"}, "video.trending.eu", false},
+		{[]string{"video.*"}, "video.trending", true},
+		{[]string{"video.*"}, "video", false},
+		{[]string{"video.*"}, "videos.x", false},
+		{[]string{"a", "video.*"}, "video.x.y", true},
+	}
+	for _, tt := range tests {
+		s := Subscriber{EventTypes: tt.filter}
+		if got := s.Matches(tt.typ); got != tt.want {
+			t.Errorf("filter %v, type %q: %v, want %v", tt.filter, tt.typ, got, tt.want)
+		}
+	}
+}
+
+func TestSubscriberJSONRoundTrip(t *testing.T) {
+	s, err := Subscriber{ID: "a", URL: "https://a.test", RetryHorizon: Duration(90 * time.Minute)}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(s)
+	var back Subscriber
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.RetryHorizon != s.RetryHorizon || back.Limit != s.Limit || back.Secrets[0] != s.Secrets[0] {
+		t.Fatalf("round trip %s → %+v", b, back)
+	}
+}
+
+func TestDecodeDeliverySkipsRetry(t *testing.T) {
+	for _, payload := range []string{`{`, `{"subscriber_id":"a:b","event":{"id":"e","type":"t","data":1}}`, `{"subscriber_id":"a","event":{"id":"","type":"t","data":1}}`} {
+		if _, err := DecodeDelivery([]byte(payload)); !errors.Is(err, asynq.SkipRetry) {
+			t.Errorf("%s: err %v, want it to wrap asynq.SkipRetry", payload, err)
+		}
+	}
+}
+
+func FuzzDecodeDelivery(f *testing.F) {
+	good, _ := json.Marshal(Delivery{SubscriberID: "s", Event: Event{ID: "e", Type: "t", Data: json.RawMessage(`{}`)}})
+	f.Add(good)
+	f.Add([]byte(`{"event":{"data":null}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := DecodeDelivery(b)
+		if err != nil {
+			if !errors.Is(err, asynq.SkipRetry) {
+				t.Fatalf("error %v does not dead-letter", err)
+			}
+			return
+		}
+		// What decodes is deliverable: valid ids and JSON data.
+		if ValidateSubscriberID(d.SubscriberID) != nil || d.Event.Validate() != nil {
+			t.Fatalf("accepted invalid delivery %+v", d)
+		}
+	})
+}

@@ -1,0 +1,99 @@
+package worker_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+	"github.com/hooklane/hooklane/worker"
+)
+
+// startWorker runs a worker on ns until the returned stop is called; stop
+// returns when Run has.
+func startWorker(t *testing.T, rdb *redis.Client, ns string, cfg worker.Config) (stop func()) {
+	cfg.Redis, cfg.Namespace = rdb, ns
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+}
+
+func TestShutdownFinishesInFlightDelivery(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	ns := "shutdown-finish"
+	p, _ := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	entered := make(chan struct{}, 1)
+	s := newSink(t, func(http.ResponseWriter, int) { entered <- struct{}{}; time.Sleep(time.Second) })
+	if _, err := p.PutSubscriber(context.Background(), tasks.Subscriber{ID: "s", URL: s.URL}); err != nil {
+		t.Fatal(err)
+	}
+	stop := startWorker(t, rdb, ns, worker.Config{ShutdownTimeout: 10 * time.Second})
+	publishOne(t, p, "e")
+	<-entered
+	stop() // as on SIGTERM, while the request is held open
+	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(ns, tasks.TaskID("s", "e"))
+	if err != nil || info.State != asynq.TaskStateCompleted {
+		t.Fatalf("after shutdown the task is %v (%v), want completed", info.State, err)
+	}
+}
+
+func TestShutdownRequeuesWhatCannotFinish(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	ns := "shutdown-requeue"
+	p, _ := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	entered := make(chan struct{}, 2)
+	s := newSink(t, func(_ http.ResponseWriter, n int) {
+		entered <- struct{}{}
+		if n == 0 {
+			time.Sleep(5 * time.Second)
+		}
+	})
+	if _, err := p.PutSubscriber(context.Background(), tasks.Subscriber{ID: "s", URL: s.URL}); err != nil {
+		t.Fatal(err)
+	}
+	stop := startWorker(t, rdb, ns, worker.Config{ShutdownTimeout: time.Second})
+	publishOne(t, p, "e")
+	<-entered
+	start := time.Now()
+	stop()
+	if took := time.Since(start); took > 4*time.Second {
+		t.Fatalf("shutdown took %v with a 1s ShutdownTimeout", took)
+	}
+	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(ns, tasks.TaskID("s", "e"))
+	if err != nil || info.State != asynq.TaskStatePending {
+		t.Fatalf("after shutdown the task is %v (%v), want pending (requeued)", info.State, err)
+	}
+	// A new worker picks it up: nothing was lost.
+	stop = startWorker(t, rdb, ns, worker.Config{})
+	defer stop()
+	eventually(t, 10*time.Second, "redelivery", func() bool { return s.count() == 2 })
+}
+
+func publishOne(t *testing.T, p *producer.Producer, id string) {
+	t.Helper()
+	if _, err := p.Publish(context.Background(), tasks.Event{ID: id, Type: "t", Data: []byte(`1`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
