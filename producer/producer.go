@@ -25,6 +25,8 @@ var (
 	ErrUnknownSubscriber = errors.New("unknown subscriber")
 	// ErrPayloadTooLarge: the event's data is over Config.MaxDataSize.
 	ErrPayloadTooLarge = errors.New("payload too large")
+	// ErrUnknownDeadLetter: no dead letter has that task id.
+	ErrUnknownDeadLetter = errors.New("unknown dead letter")
 	// ErrRedisUnavailable: Redis could not be reached or failed the command.
 	// Nothing was written by the call that returned it, except deliveries
 	// its PublishResult lists as enqueued.
@@ -86,13 +88,14 @@ func (c Config) validate() error {
 // Producer registers subscribers and publishes events. It is safe for
 // concurrent use.
 type Producer struct {
-	cfg     Config
-	rdb     redis.UniversalClient
-	ownRDB  bool
-	client  *asynq.Client
-	gates   *limits.Gates
-	keys    tasks.Keys
-	nowFunc func() time.Time
+	cfg       Config
+	rdb       redis.UniversalClient
+	ownRDB    bool
+	client    *asynq.Client
+	inspector *asynq.Inspector
+	gates     *limits.Gates
+	keys      tasks.Keys
+	nowFunc   func() time.Time
 }
 
 // New connects a Producer. It does not contact Redis until first used.
@@ -117,6 +120,7 @@ func New(cfg *Config) (*Producer, error) {
 		p.rdb, p.ownRDB = redis.NewClient(opt), true
 	}
 	p.client = asynq.NewClientFromRedisClient(p.rdb)
+	p.inspector = asynq.NewInspectorFromRedisClient(p.rdb)
 	p.gates = limits.NewGates(p.rdb, c.Namespace)
 	return p, nil
 }

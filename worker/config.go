@@ -57,6 +57,10 @@ type Config struct {
 	// may finish after SIGTERM before it is requeued. Default 25s, inside a
 	// Procfile host's 30s grace.
 	ShutdownTimeout time.Duration
+	// DeadLetterRetention (HOOKLANE_DEAD_LETTER_RETENTION) is how long the
+	// dead-letter ledger keeps an entry. Default 0: until it is replayed or
+	// deleted.
+	DeadLetterRetention time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -95,6 +99,8 @@ func (c Config) validate() error {
 		return errors.New("worker: RequestTimeout must not be shorter than ConnectTimeout")
 	case c.BackoffMax < c.BackoffBase:
 		return errors.New("worker: BackoffMax must not be shorter than BackoffBase")
+	case c.DeadLetterRetention < 0:
+		return errors.New("worker: DeadLetterRetention must not be negative")
 	case c.MaxRetryAfter < time.Second:
 		return errors.New("worker: MaxRetryAfter must be at least 1s")
 	}
@@ -136,5 +142,6 @@ func FromEnv() (Config, error) {
 	durVar("HOOKLANE_POLL_INTERVAL", &c.PollInterval)
 	durVar("HOOKLANE_FORWARD_INTERVAL", &c.ForwardInterval)
 	durVar("HOOKLANE_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
+	durVar("HOOKLANE_DEAD_LETTER_RETENTION", &c.DeadLetterRetention)
 	return c, errors.Join(errs...)
 }

@@ -78,17 +78,17 @@ type Result struct {
 // ProcessTask delivers one event to one subscriber.
 func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	var r run
-	err := h.process(ctx, t, &r)
-	h.record(ctx, &r, err)
-	return err
+	return h.record(ctx, &r, h.process(ctx, t, &r))
 }
 
 func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
+	r.taskID, _ = asynq.GetTaskID(ctx)
+	r.payload = t.Payload()
 	d, err := tasks.DecodeDelivery(t.Payload())
 	if err != nil {
 		return err
 	}
-	r.sub = d.SubscriberID
+	r.d, r.sub = &d, d.SubscriberID
 	sub, cooldown, err := h.load(ctx, d.SubscriberID)
 	if err != nil {
 		return err
@@ -106,6 +106,10 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 		return err
 	}
 	resp := post(ctx, h.client, &sub, &d.Event)
+	r.attempt = &tasks.Attempt{At: resp.received, Status: resp.status, RetryAfter: resp.retryAfter}
+	if resp.err != nil {
+		r.attempt.Error = resp.err.Error()
+	}
 	if resp.err == nil && resp.status/100 == 2 {
 		due := d.EnqueuedAt
 		if due.Before(d.NotBefore) {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
 )
 
 // Gates, as named in DeferredError.Gate and in the per-subscriber counters.
@@ -57,6 +59,10 @@ type Stats struct {
 // run is what one handler invocation learned. ProcessTask writes it, with
 // the in-flight slot's release, in one pipeline when the run ends.
 type run struct {
+	taskID    string
+	payload   []byte
+	d         *tasks.Delivery // nil when the payload was unreadable
+	attempt   *tasks.Attempt  // the request this run made, if any
 	sub       string
 	token     string        // in-flight slot to release
 	delivered bool          // 2xx
@@ -74,8 +80,11 @@ var LatencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
 // h_sum_ms.
 func StatsKey(namespace, sub string) string { return namespace + ":stats:" + sub }
 
-// record releases the run's slot and counts its outcome in one round trip.
-func (h *handler) record(ctx context.Context, r *run, err error) {
+// record releases the run's slot, counts its outcome and, for a dead
+// letter, writes the ledger entry, in one round trip. It returns the error
+// asynq should see: a dead letter whose entry could not be written is
+// retried instead of archived, so the ledger never misses one.
+func (h *handler) record(ctx context.Context, r *run, err error) error {
 	h.stats.Runs.Add(1)
 	var fields []string
 	var d *limits.DeferredError
@@ -100,27 +109,85 @@ func (h *handler) record(ctx context.Context, r *run, err error) {
 		h.stats.Failed.Add(1)
 		fields = append(fields, "failed")
 	}
-	if r.sub == "" { // payload unreadable: no subscriber to count against
+	ctx = context.WithoutCancel(ctx)
+	var perr error
+	dead := errors.Is(err, asynq.SkipRetry)
+	if dead {
+		// The ledger entry is committed before asynq archives the task.
+		_, perr = h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			h.writeDeadLetter(ctx, p, r, err)
+			h.count(ctx, p, r, fields)
+			return nil
+		})
+	} else if r.sub != "" {
+		_, perr = h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			h.count(ctx, p, r, fields)
+			return nil
+		})
+	}
+	switch {
+	case perr != nil && dead:
+		return h.infra("dead-letter ledger", r.sub, perr)
+	case perr != nil:
+		// A lost release costs the slot its ttl; a lost count skews metrics.
+		h.log.Warn("could not record outcome", "subscriber_id", r.sub, "task_id", r.taskID, "err", perr)
+	}
+	return err
+}
+
+// count queues the slot release, the attempt and the counters of run r.
+func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields []string) {
+	if r.token != "" {
+		h.gates.ReleaseIn(ctx, p, r.sub, r.token)
+	}
+	if r.attempt != nil {
+		b, _ := json.Marshal(r.attempt)
+		key := h.keys.Attempts(r.taskID)
+		if r.delivered {
+			p.Del(ctx, key)
+		} else {
+			p.RPush(ctx, key, b)
+			p.ExpireAt(ctx, key, r.d.ExpiresAt.Add(48*time.Hour))
+		}
+	}
+	if r.sub == "" {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
-	_, perr := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if r.token != "" {
-			h.gates.ReleaseIn(ctx, p, r.sub, r.token)
-		}
-		key := StatsKey(h.cfg.Namespace, r.sub)
-		for _, f := range fields {
-			p.HIncrBy(ctx, key, f, 1)
-		}
-		if r.delivered {
-			p.HIncrBy(ctx, key, "e2e_sum_ms", r.e2e.Milliseconds())
-			p.HIncrBy(ctx, key, "late_sum_ms", r.late.Milliseconds())
-		}
-		return nil
-	})
-	if perr != nil {
-		// A lost release costs the slot its ttl; a lost count only skews metrics.
-		h.log.Warn("could not release slot or count outcome", "subscriber_id", r.sub, "err", perr)
+	key := StatsKey(h.cfg.Namespace, r.sub)
+	for _, f := range fields {
+		p.HIncrBy(ctx, key, f, 1)
+	}
+	if r.delivered {
+		p.HIncrBy(ctx, key, "e2e_sum_ms", r.e2e.Milliseconds())
+		p.HIncrBy(ctx, key, "late_sum_ms", r.late.Milliseconds())
+	}
+}
+
+// writeDeadLetter queues the ledger entry of a dead run.
+func (h *handler) writeDeadLetter(ctx context.Context, p redis.Pipeliner, r *run, err error) {
+	now := time.Now()
+	e := tasks.DeadLetter{TaskID: r.taskID, SubscriberID: r.sub, Reason: DeadUndecodable, Error: err.Error(), DeadAt: now}
+	var dl *deadLetter
+	if errors.As(err, &dl) {
+		e.Reason = dl.reason
+	}
+	if r.d != nil {
+		e.Event = &r.d.Event
+	} else {
+		e.Payload = string(r.payload)
+	}
+	b, _ := json.Marshal(e)
+	entry, attempts := h.keys.DeadLetter(r.taskID), h.keys.Attempts(r.taskID)
+	p.Set(ctx, entry, b, h.cfg.DeadLetterRetention)
+	if h.cfg.DeadLetterRetention > 0 {
+		p.Expire(ctx, attempts, h.cfg.DeadLetterRetention)
+	} else {
+		p.Persist(ctx, attempts)
+	}
+	z := redis.Z{Score: float64(now.UnixMilli()), Member: r.taskID}
+	p.ZAdd(ctx, h.keys.DeadIndex(), z)
+	if r.sub != "" {
+		p.ZAdd(ctx, h.keys.DeadBySubscriber(r.sub), z)
 	}
 }
 

@@ -1,0 +1,42 @@
+package tasks
+
+import "time"
+
+// Attempt is one request made for a delivery, as the dead-letter ledger
+// keeps it.
+type Attempt struct {
+	At         time.Time `json:"at"`
+	Status     int       `json:"status,omitempty"` // 0: no answer (see Error)
+	RetryAfter string    `json:"retry_after,omitempty"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// DeadLetter is a delivery that hooklane gave up on, as recorded in its own
+// ledger. asynq's archive shows the same tasks in asynqmon but is trimmed to
+// 10,000 per queue and 90 days; the ledger keeps every one until it is
+// replayed, deleted or past the operator's retention.
+type DeadLetter struct {
+	TaskID       string    `json:"task_id"`
+	SubscriberID string    `json:"subscriber_id,omitempty"`
+	Event        *Event    `json:"event,omitempty"`   // nil when the payload was unreadable
+	Payload      string    `json:"payload,omitempty"` // the raw payload, kept only when unreadable
+	Reason       string    `json:"reason"`            // attempts, horizon, gone, deleted, undecodable
+	Error        string    `json:"error"`
+	Attempts     []Attempt `json:"attempts"`
+	DeadAt       time.Time `json:"dead_at"`
+	ReplayedAt   time.Time `json:"replayed_at,omitzero"`
+}
+
+// DeadLetter is the JSON of the ledger entry for a task (without Attempts).
+func (ns Keys) DeadLetter(taskID string) string { return string(ns) + ":dead:" + taskID }
+
+// Attempts is the list of a task's attempts (Attempt JSON), kept while it is
+// retrying and with its dead letter after.
+func (ns Keys) Attempts(taskID string) string { return string(ns) + ":attempts:" + taskID }
+
+// DeadIndex orders all dead letters by time (score: Unix ms); entries whose
+// key expired are skipped and dropped by readers.
+func (ns Keys) DeadIndex() string { return string(ns) + ":dead-index" }
+
+// DeadBySubscriber is DeadIndex for one subscriber.
+func (ns Keys) DeadBySubscriber(sub string) string { return string(ns) + ":dead-index:" + sub }
