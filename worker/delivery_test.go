@@ -80,6 +80,8 @@ func TestRateLimitHolds(t *testing.T) {
 		t.Fatalf("steady rate %.2f/s, want within 5%% of %d/s", steady, rate)
 	}
 	t.Logf("steady rate %.2f/s; %d handler runs for %d deliveries", steady, b.w.Stats().Runs.Load(), n)
+	// The sink sees a request before the worker records its outcome.
+	eventually(t, 5*time.Second, "outcomes recorded", func() bool { return b.w.Stats().Delivered.Load() == n })
 	st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, "s")
 	var hist int64
 	for _, le := range worker.LatencyBuckets {
@@ -126,6 +128,7 @@ func testRetryAfter(t *testing.T, header func(received time.Time) (value string,
 	if len(a) != n+1 || retried != 1 {
 		t.Fatalf("%d requests, %d retries of the throttled event; want %d and 1", len(a), retried, n+1)
 	}
+	eventually(t, 5*time.Second, "outcomes recorded", func() bool { return b.w.Stats().Delivered.Load() == n })
 	if st, _ := worker.ReadStats(context.Background(), b.rdb, b.ns, "s"); st["deferred:retry_after"] != 1 || st["delivered"] != n {
 		t.Fatalf("counters %v: want one retry_after deferral and %d delivered", st, n)
 	}
