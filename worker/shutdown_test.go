@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -40,7 +41,7 @@ func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	ns := "shutdown-finish"
+	ns := fmt.Sprintf("shutdown-finish-%d", nsSeq.Add(1))
 	p, _ := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
 	entered := make(chan struct{}, 1)
 	s := newSink(t, func(http.ResponseWriter, int) { entered <- struct{}{}; time.Sleep(time.Second) })
@@ -61,7 +62,7 @@ func TestShutdownRequeuesWhatCannotFinish(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	ns := "shutdown-requeue"
+	ns := fmt.Sprintf("shutdown-requeue-%d", nsSeq.Add(1))
 	p, _ := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
 	entered := make(chan struct{}, 2)
 	s := newSink(t, func(_ http.ResponseWriter, n int) {
