@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -42,6 +43,10 @@ func run(ctx context.Context, args []string) error {
 		defer r.Stop()
 		cfg.RedisURL = r.URL
 		cfg.Logger.Info("using local redis", "url", r.URL, "started_here", r.Dir != "")
+	}
+	if args[0] == "dev" && cfg.AllowedCIDRs == nil {
+		// Local experiments deliver to local receivers; production stays closed.
+		cfg.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 	}
 	w, err := worker.New(cfg)
 	if err != nil {

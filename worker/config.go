@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strconv"
 	"time"
@@ -57,6 +58,10 @@ type Config struct {
 	// may finish after SIGTERM before it is requeued. Default 25s, inside a
 	// Procfile host's 30s grace.
 	ShutdownTimeout time.Duration
+	// AllowedCIDRs (HOOKLANE_ALLOWED_CIDRS, comma-separated) are the
+	// private, loopback or otherwise refused networks the worker may still
+	// deliver to. Default none: the SSRF guard refuses them all.
+	AllowedCIDRs []netip.Prefix
 	// DeadLetterRetention (HOOKLANE_DEAD_LETTER_RETENTION) is how long the
 	// dead-letter ledger keeps an entry. Default 0: until it is replayed or
 	// deleted.
@@ -143,5 +148,11 @@ func FromEnv() (Config, error) {
 	durVar("HOOKLANE_FORWARD_INTERVAL", &c.ForwardInterval)
 	durVar("HOOKLANE_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
 	durVar("HOOKLANE_DEAD_LETTER_RETENTION", &c.DeadLetterRetention)
+	if v := os.Getenv("HOOKLANE_ALLOWED_CIDRS"); v != "" {
+		var err error
+		if c.AllowedCIDRs, err = ParseCIDRs(v); err != nil {
+			errs = append(errs, fmt.Errorf("HOOKLANE_ALLOWED_CIDRS: %w", err))
+		}
+	}
 	return c, errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -353,4 +354,24 @@ func TestUndecodablePayloadIsDeadLettered(t *testing.T) {
 		info, err := b.insp.GetTaskInfo(b.ns, "bad")
 		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "undecodable payload")
 	})
+}
+
+// The SSRF guard, end to end: a sink on 127.0.0.1 that is not allowlisted
+// is never reached, and the delivery is dead-lettered at once.
+func TestSSRFGuardRefusesUnlistedLoopback(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	s := newSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+	b.publish(t, "e", "t")
+	eventually(t, 10*time.Second, "archived", func() bool {
+		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "address not allowed")
+	})
+	if s.count() != 0 {
+		t.Fatal("the refused sink received a request")
+	}
+	if dl, _ := b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{}); len(dl) != 1 || dl[0].Reason != worker.DeadRefused {
+		t.Fatalf("ledger %+v, want one entry with reason refused", dl)
+	}
 }

@@ -237,6 +237,10 @@ func (h *handler) finish(ctx context.Context, t *asynq.Task, d *tasks.Delivery, 
 	}
 
 	what := describe(r)
+	if errors.Is(r.err, ErrForbiddenAddress) {
+		log.Warn("endpoint address refused by the SSRF guard", "reason", what)
+		return dead(DeadRefused, "%s", what)
+	}
 	if r.status == http.StatusGone {
 		if err := h.rdb.SAdd(ctx, h.keys.Paused(), sub.ID).Err(); err != nil {
 			log.Error("could not pause subscriber after 410", "err", err)

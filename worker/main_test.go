@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,8 @@ func TestMain(m *testing.M) {
 
 var nsSeq atomic.Int64
 
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
 // bundle is one test's producer, running worker and inspector, isolated
 // from other tests by its namespace (key prefix and queue name).
 type bundle struct {
@@ -60,6 +63,9 @@ func setup(t testing.TB, cfg worker.Config) *bundle {
 		t.Fatal(err)
 	}
 	cfg.Redis, cfg.Namespace = rdb, ns
+	if cfg.AllowedCIDRs == nil {
+		cfg.AllowedCIDRs = loopback // the sinks are on 127.0.0.1
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -20,7 +20,7 @@ import (
 // startWorker runs a worker on ns until the returned stop is called; stop
 // returns when Run has.
 func startWorker(t *testing.T, rdb *redis.Client, ns string, cfg worker.Config) (stop func()) {
-	cfg.Redis, cfg.Namespace = rdb, ns
+	cfg.Redis, cfg.Namespace, cfg.AllowedCIDRs = rdb, ns, loopback
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	w, err := worker.New(cfg)
 	if err != nil {

@@ -34,6 +34,7 @@ const (
 	DeadGone        = "gone"
 	DeadDeleted     = "deleted"
 	DeadUndecodable = "undecodable"
+	DeadRefused     = "refused" // the SSRF guard refused the endpoint's address
 )
 
 // deadLetter sends a task to asynq's archive (it unwraps to asynq.SkipRetry)
