@@ -1,0 +1,202 @@
+package worker_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+	"github.com/hooklane/hooklane/worker"
+)
+
+// rawServer accepts TCP connections on 127.0.0.1 and hands each, after the
+// request headers were read, to serve. It stops when the test ends.
+func rawServer(t *testing.T, serve func(c net.Conn)) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				go func() { <-done; c.Close() }()
+				_, _ = http.ReadRequest(bufio.NewReader(c))
+				serve(c)
+			})
+		}
+	}()
+	t.Cleanup(func() { close(done); l.Close(); wg.Wait() })
+	return "http://" + l.Addr().String() + "/hook"
+}
+
+// TestHostileReceivers: each misbehaving endpoint costs at most one request
+// timeout, ends as a readable dead letter (one attempt allowed), and leaves
+// the worker delivering to a healthy endpoint.
+func TestHostileReceivers(t *testing.T) {
+	t.Parallel()
+	const timeout = 2 * time.Second
+	cases := []struct {
+		name, wantErr string
+		url           func(t *testing.T) string
+	}{
+		{"slowloris headers", "Client.Timeout", func(t *testing.T) string {
+			return rawServer(t, func(c net.Conn) {
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nX-Slow: ")
+				for range 100 { // bounded: 10s at most, far past the timeout
+					if _, err := c.Write([]byte("a")); err != nil {
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			})
+		}},
+		{"huge header block", "headers exceeded", func(t *testing.T) string {
+			return rawServer(t, func(c net.Conn) {
+				fmt.Fprint(c, "HTTP/1.1 500 Internal Server Error\r\n")
+				line := "X-Junk: " + strings.Repeat("j", 1000) + "\r\n"
+				for range 1024 { // 1 MiB of headers
+					if _, err := fmt.Fprint(c, line); err != nil {
+						return
+					}
+				}
+				fmt.Fprint(c, "\r\n")
+			})
+		}},
+		{"reset mid-response", "connection", func(t *testing.T) string {
+			return rawServer(t, func(c net.Conn) {
+				fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-")
+				c.(*net.TCPConn).SetLinger(0) // close sends RST
+			})
+		}},
+		{"TLS handshake failure", "certificate", func(t *testing.T) string {
+			s := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			t.Cleanup(s.Close)
+			return s.URL // its certificate is signed by no CA the worker trusts
+		}},
+		{"connection refused", "connection refused", func(t *testing.T) string {
+			l, _ := net.Listen("tcp", "127.0.0.1:0")
+			addr := l.Addr().String()
+			l.Close()
+			return "http://" + addr + "/hook"
+		}},
+	}
+	b := setup(t, worker.Config{RequestTimeout: timeout, ConnectTimeout: time.Second})
+	healthy := newSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "healthy", URL: healthy.URL, EventTypes: []string{"ping"}})
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprintf("hostile%d", i)
+			b.put(t, tasks.Subscriber{ID: id, URL: tc.url(t), EventTypes: []string{id}, MaxAttempts: 1})
+			start := time.Now()
+			b.publish(t, "e", id)
+			var dl []tasks.DeadLetter
+			eventually(t, 3*timeout, "dead letter", func() bool {
+				dl, _ = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{Subscriber: id})
+				return len(dl) == 1
+			})
+			if len(dl[0].Attempts) != 1 || !strings.Contains(dl[0].Attempts[0].Error+dl[0].Error, tc.wantErr) {
+				t.Fatalf("dead letter %+v; want one attempt failing with %q", dl[0], tc.wantErr)
+			}
+			if took := dl[0].Attempts[0].At.Sub(start); took > timeout+time.Second {
+				t.Fatalf("the attempt took %v, more than the %v request timeout", took, timeout)
+			}
+			before := healthy.count()
+			b.publish(t, "after-"+id, "ping")
+			eventually(t, 5*time.Second, "healthy delivery", func() bool { return healthy.count() == before+1 })
+		})
+	}
+}
+
+func TestEndlessBodyIsCut(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{RequestTimeout: 5 * time.Second})
+	url := rawServer(t, func(c net.Conn) {
+		fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+		chunk := []byte(strings.Repeat("x", 4096))
+		for range 10_000 { // 40 MiB at most; the worker stops after 64 KiB
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	b.put(t, tasks.Subscriber{ID: "s", URL: url})
+	b.publish(t, "e", "t")
+	eventually(t, 10*time.Second, "completed", func() bool {
+		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+		return err == nil && info.State == asynq.TaskStateCompleted
+	})
+}
+
+func TestHugeRetryAfterIsCapped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{MaxRetryAfter: 10 * time.Minute})
+	s := newSink(t, func(w http.ResponseWriter, _ int) {
+		w.Header().Set("Retry-After", "999999999")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+	start := time.Now()
+	b.publish(t, "e", "t")
+	var info *asynq.TaskInfo
+	eventually(t, 10*time.Second, "rescheduled", func() bool {
+		var err error
+		info, err = b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+		return err == nil && info.State == asynq.TaskStateRetry
+	})
+	if next := info.NextProcessAt.Sub(start); next < 10*time.Minute-time.Second || next > 10*time.Minute+5*time.Second {
+		t.Fatalf("rescheduled %v out, want the 10m cap", next)
+	}
+	if !strings.Contains(info.LastErr, `Retry-After "999999999"`) || info.Retried != 0 {
+		t.Fatalf("last error %q, retried %d", info.LastErr, info.Retried)
+	}
+}
+
+// A subscriber that answers every request with 429 Retry-After: 1 gets about
+// one request per second — its cooldown holds all its events — while
+// another subscriber's events flow.
+func TestTooManyRequestsStormStaysInItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	storm := newSink(t, func(w http.ResponseWriter, _ int) {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	fast := newSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "storm", URL: storm.URL, MaxInFlight: 1})
+	b.put(t, tasks.Subscriber{ID: "fast", URL: fast.URL, Limit: limits.PerSecond(1000)})
+	start := time.Now()
+	const n = 50
+	for i := range n {
+		b.publish(t, fmt.Sprintf("e%d", i), "t")
+	}
+	eventually(t, 10*time.Second, "fast deliveries", func() bool { return fast.count() == n })
+	eventually(t, 10*time.Second, "a few storm rounds", func() bool { return storm.count() >= 3 })
+	elapsed := time.Since(start)
+	a := storm.got()
+	for i := 1; i < len(a); i++ {
+		if gap := a[i].at.Sub(a[i-1].at); gap < time.Second {
+			t.Fatalf("storm requests %d and %d only %v apart; Retry-After was 1s", i-1, i, gap)
+		}
+	}
+	if len(a) > int(elapsed.Seconds())+2 {
+		t.Fatalf("%d storm requests in %v", len(a), elapsed)
+	}
+}
