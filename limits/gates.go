@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"time"
 
-	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -15,14 +15,13 @@ import (
 // sent. All keys live under the namespace and are per subscriber; every time
 // comparison uses Redis' own clock so that workers on skewed hosts agree.
 type Gates struct {
-	rdb     redis.UniversalClient
-	limiter *redis_rate.Limiter
-	ns      string
+	rdb redis.UniversalClient
+	ns  string
 }
 
 // NewGates returns gates whose keys start with namespace + ":".
 func NewGates(rdb redis.UniversalClient, namespace string) *Gates {
-	return &Gates{rdb: rdb, limiter: redis_rate.NewLimiter(rdb), ns: namespace}
+	return &Gates{rdb: rdb, ns: namespace}
 }
 
 // CooldownKey holds the Unix-millisecond time before which nothing may be
@@ -30,7 +29,10 @@ func NewGates(rdb redis.UniversalClient, namespace string) *Gates {
 func (g *Gates) CooldownKey(sub string) string { return g.ns + ":cooldown:" + sub }
 func (g *Gates) inflightKey(sub string) string { return g.ns + ":inflight:" + sub }
 func (g *Gates) pacingKey(sub string) string   { return g.ns + ":pacing:" + sub }
-func (g *Gates) rateKey(sub string) string     { return g.ns + ":" + sub }
+
+// RateKey is the key of sub's GCRA limit as redis_rate names it (it adds
+// the "rate:" prefix itself): a redis_rate.Limiter on it shares the limit.
+func (g *Gates) RateKey(sub string) string { return g.ns + ":" + sub }
 
 // ParseCooldown reads the value stored at CooldownKey (absent: zero time).
 func ParseCooldown(v string) time.Time {
@@ -64,42 +66,98 @@ func (g *Gates) Cooldown(ctx context.Context, sub string, until time.Time) (time
 	return ParseCooldown(v), nil
 }
 
-// KEYS[1]: in-flight zset (member: token, score: expiry in Unix ms), KEYS[2]: cooldown key.
-// ARGV[1]: max slots, ARGV[2]: slot ttl ms, ARGV[3]: token.
-// Reply: {1, 0} slot taken; {0, 0} all slots busy; {0, until_ms} destination cooling down.
-// The cooldown is checked in the same step, so a task that waited for a slot
-// cannot slip out after another task's 429 set a cooldown: the 429's holder
-// writes the cooldown before it releases its slot. Expired slots (a worker
-// that died mid-request) are dropped first: a crash costs a slot for one ttl.
-var acquireScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local cool = tonumber(redis.call('GET', KEYS[2]) or '0')
-if cool > now then return {0, cool} end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return {0, 0} end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + 1000)
-return {1, 0}`)
+// Admission is the answer of Admit.
+type Admission struct {
+	Token     string        // the in-flight slot taken; "" unless admitted
+	Unknown   bool          // no such subscriber (deleted)
+	Paused    bool          // subscriber paused
+	CoolUntil time.Time     // destination cooling down until then
+	Busy      bool          // all in-flight slots taken
+	Wait      time.Duration // rate limited: earliest the next request may go
+}
 
-// Acquire takes one of max in-flight slots for sub, held for at most ttl,
-// unless the destination is cooling down. It returns the slot's token, ""
-// when all slots are busy, or the end of the cooldown in force.
-func (g *Gates) Acquire(ctx context.Context, sub string, max int, ttl time.Duration) (token string, coolUntil time.Time, err error) {
+// Admitted reports whether the request may be sent now.
+func (a Admission) Admitted() bool { return a.Token != "" }
+
+// KEYS[1]: subscribers hash, KEYS[2]: paused set, KEYS[3]: cooldown (Unix ms),
+// KEYS[4]: in-flight zset (member: token, score: expiry Unix ms),
+// KEYS[5]: GCRA key, the very key redis_rate uses ("rate:" + key).
+// ARGV[1]: subscriber id, ARGV[2]: token, ARGV[3]: slot ttl ms,
+// ARGV[4]: max in-flight, ARGV[5]: burst, ARGV[6]: rate, ARGV[7]: period seconds.
+// Reply: {code, detail}: 0 admitted (slot taken, one request of the limit
+// spent); 1 unknown subscriber; 2 paused; 3 cooling down (detail: until, Unix
+// ms); 4 all slots busy; 5 rate limited (detail: seconds to wait).
+//
+// Every gate of a delivery in one round trip, checked in order; a refusal
+// writes nothing. The rate limit step is redis_rate v10's GCRA (allowN with
+// cost 1), same key, same arithmetic, so the two can share a limit; it is
+// inlined because a Lua script cannot call another and redis_rate cannot be
+// pipelined. The cooldown is checked in the same step as the slot is taken,
+// so a task that waited for a slot cannot slip out after another task's 429
+// set a cooldown: the 429's holder writes the cooldown before it releases its
+// slot. Expired slots (a worker that died mid-request) are dropped first.
+var admitScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {1, ''} end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return {2, ''} end
+local t = redis.call('TIME')
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+local cool = tonumber(redis.call('GET', KEYS[3]) or '0')
+if cool > now_ms then return {3, string.format('%d', cool)} end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
+if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[4]) then return {4, ''} end
+
+local jan_1_2017 = 1483228800
+local now = (t[1] - jan_1_2017) + (t[2] / 1000000)
+local emission_interval = tonumber(ARGV[7]) / tonumber(ARGV[6])
+local burst_offset = emission_interval * tonumber(ARGV[5])
+local tat = redis.call('GET', KEYS[5])
+if not tat then tat = now else tat = tonumber(tat) end
+tat = math.max(tat, now)
+local new_tat = tat + emission_interval
+local allow_at = new_tat - burst_offset
+if now - allow_at < 0 then return {5, tostring(allow_at - now)} end
+redis.call('SET', KEYS[5], new_tat, 'EX', math.ceil(new_tat - now))
+
+redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[3]) + 1000)
+return {0, ''}`)
+
+// Admit runs every gate for one request to sub in one round trip: the
+// subscriber exists and is not paused, its destination is not cooling down,
+// an in-flight slot (held at most ttl) is free, and its rate limit allows a
+// request now. subscribers and paused are the keys of the subscriber hash
+// and the paused set.
+func (g *Gates) Admit(ctx context.Context, subscribers, paused, sub string, l Limit, maxInFlight int, ttl time.Duration) (Admission, error) {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	token = hex.EncodeToString(b[:])
-	res, err := acquireScript.Run(ctx, g.rdb, []string{g.inflightKey(sub), g.CooldownKey(sub)},
-		max, ttl.Milliseconds(), token).Int64Slice()
-	switch {
-	case err != nil:
-		return "", time.Time{}, err
-	case res[1] > 0:
-		return "", time.UnixMilli(res[1]), nil
-	case res[0] == 0:
-		return "", time.Time{}, nil
+	token := hex.EncodeToString(b[:])
+	keys := []string{subscribers, paused, g.CooldownKey(sub), g.inflightKey(sub), "rate:" + g.RateKey(sub)}
+	res, err := admitScript.Run(ctx, g.rdb, keys, sub, token, ttl.Milliseconds(), maxInFlight,
+		l.Burst, l.Rate, l.Period.Seconds()).Slice()
+	if err != nil {
+		return Admission{}, err
 	}
-	return token, time.Time{}, nil
+	code, _ := res[0].(int64)
+	detail, _ := res[1].(string)
+	switch code {
+	case 0:
+		return Admission{Token: token}, nil
+	case 1:
+		return Admission{Unknown: true}, nil
+	case 2:
+		return Admission{Paused: true}, nil
+	case 3:
+		return Admission{CoolUntil: ParseCooldown(detail)}, nil
+	case 4:
+		return Admission{Busy: true}, nil
+	case 5:
+		secs, err := strconv.ParseFloat(detail, 64)
+		if err != nil {
+			return Admission{}, fmt.Errorf("admit: bad wait %q", detail)
+		}
+		return Admission{Wait: max(time.Duration(secs*float64(time.Second)), time.Millisecond)}, nil
+	}
+	return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 }
 
 // Release frees a slot taken by Acquire.
@@ -115,19 +173,6 @@ func (g *Gates) ReleaseIn(ctx context.Context, p redis.Pipeliner, sub, token str
 // InFlight counts the live slots of sub.
 func (g *Gates) InFlight(ctx context.Context, sub string) (int64, error) {
 	return g.rdb.ZCount(ctx, g.inflightKey(sub), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()
-}
-
-// Allow spends one request of sub's GCRA limit. It returns 0 when the request
-// may go now, otherwise how long until it could. A denied call changes nothing.
-func (g *Gates) Allow(ctx context.Context, sub string, l Limit) (time.Duration, error) {
-	res, err := g.limiter.Allow(ctx, g.rateKey(sub), l.redisRate())
-	if err != nil {
-		return 0, err
-	}
-	if res.Allowed > 0 {
-		return 0, nil
-	}
-	return res.RetryAfter, nil
 }
 
 // KEYS[1]: pacing cursor, a GCRA theoretical arrival time in Unix ms.
@@ -187,5 +232,5 @@ func (g *Gates) Reserve(ctx context.Context, rs ...Reservation) ([]time.Time, er
 
 // Forget deletes every gate key of sub (used when a subscriber is deleted).
 func (g *Gates) Forget(ctx context.Context, sub string) error {
-	return g.rdb.Del(ctx, g.CooldownKey(sub), g.inflightKey(sub), g.pacingKey(sub), "rate:"+g.rateKey(sub)).Err()
+	return g.rdb.Del(ctx, g.CooldownKey(sub), g.inflightKey(sub), g.pacingKey(sub), "rate:"+g.RateKey(sub)).Err()
 }

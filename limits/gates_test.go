@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
@@ -47,35 +48,43 @@ func TestCooldownKeepsLater(t *testing.T) {
 	}
 }
 
-func TestAcquireCapsAndExpires(t *testing.T) {
-	g, ctx := newGates(t), context.Background()
-	var toks []string
-	for range 2 {
-		tok, cool, err := g.Acquire(ctx, "s", 2, 300*time.Millisecond)
-		if err != nil || tok == "" || !cool.IsZero() {
-			t.Fatalf("Acquire = %q, %v, %v", tok, cool, err)
-		}
-		toks = append(toks, tok)
-	}
-	if tok, _, _ := g.Acquire(ctx, "s", 2, time.Second); tok != "" {
-		t.Fatal("third slot granted with max 2")
-	}
-	if err := g.Release(ctx, "s", toks[0]); err != nil {
+// admitter registers subscriber "s" in a fresh namespace and returns a
+// function that runs Admit for it.
+func admitter(t *testing.T, l Limit, maxInFlight int, ttl time.Duration) (*Gates, func() Admission) {
+	g := newGates(t)
+	if err := rdb.HSet(context.Background(), g.ns+":subscribers", "s", "{}").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if tok, _, _ := g.Acquire(ctx, "s", 2, time.Minute); tok == "" {
-		t.Fatal("slot not granted after release")
-	}
-	// toks[1] was never released, as by a crashed worker: it frees itself.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		tok, _, err := g.Acquire(ctx, "s", 2, time.Minute)
+	return g, func() Admission {
+		a, err := g.Admit(context.Background(), g.ns+":subscribers", g.ns+":paused", "s", l, maxInFlight, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tok != "" {
-			break
-		}
+		return a
+	}
+}
+
+var wide = Limit{Rate: 1000, Burst: 1000, Period: time.Second}
+
+func TestAdmitCapsInFlightAndExpiresSlots(t *testing.T) {
+	g, admit := admitter(t, wide, 2, 300*time.Millisecond)
+	ctx := context.Background()
+	first, second := admit(), admit()
+	if !first.Admitted() || !second.Admitted() {
+		t.Fatalf("first two: %+v %+v", first, second)
+	}
+	if a := admit(); !a.Busy {
+		t.Fatalf("third with max 2: %+v, want busy", a)
+	}
+	if err := g.Release(ctx, "s", first.Token); err != nil {
+		t.Fatal(err)
+	}
+	if a := admit(); !a.Admitted() {
+		t.Fatalf("after release: %+v", a)
+	}
+	// second was never released, as by a crashed worker: it frees itself.
+	deadline := time.Now().Add(5 * time.Second)
+	for !admit().Admitted() {
 		if time.Now().After(deadline) {
 			t.Fatal("expired slot was not reclaimed")
 		}
@@ -83,29 +92,63 @@ func TestAcquireCapsAndExpires(t *testing.T) {
 	}
 }
 
-func TestAcquireRefusedDuringCooldown(t *testing.T) {
-	g, ctx := newGates(t), context.Background()
+func TestAdmitRefusals(t *testing.T) {
+	g, admit := admitter(t, wide, 5, time.Second)
+	ctx := context.Background()
 	until := time.Now().Add(time.Minute).Truncate(time.Millisecond)
 	if _, err := g.Cooldown(ctx, "s", until); err != nil {
 		t.Fatal(err)
 	}
-	tok, cool, err := g.Acquire(ctx, "s", 5, time.Second)
-	if err != nil || tok != "" || !cool.Equal(until) {
-		t.Fatalf("Acquire during cooldown = %q, %v, %v; want refused until %v", tok, cool, err, until)
+	if a := admit(); !a.CoolUntil.Equal(until) || a.Admitted() {
+		t.Fatalf("during cooldown: %+v, want cooling until %v", a, until)
+	}
+	rdb.SAdd(ctx, g.ns+":paused", "s")
+	if a := admit(); !a.Paused {
+		t.Fatalf("paused: %+v", a)
+	}
+	rdb.HDel(ctx, g.ns+":subscribers", "s")
+	if a := admit(); !a.Unknown {
+		t.Fatalf("deleted: %+v", a)
+	}
+	if n, _ := rdb.ZCard(ctx, g.inflightKey("s")).Result(); n != 0 {
+		t.Fatalf("refusals took %d slots", n)
 	}
 }
 
-func TestAllowDeniesPastBurst(t *testing.T) {
-	g, ctx := newGates(t), context.Background()
-	l := Limit{Rate: 10, Burst: 3, Period: time.Second}
+func TestAdmitRateLimit(t *testing.T) {
+	_, admit := admitter(t, Limit{Rate: 10, Burst: 3, Period: time.Second}, 100, time.Minute)
 	for i := range 3 {
-		if wait, err := g.Allow(ctx, "s", l); err != nil || wait != 0 {
-			t.Fatalf("request %d: wait %v, %v", i, wait, err)
+		if a := admit(); !a.Admitted() {
+			t.Fatalf("request %d: %+v", i, a)
 		}
 	}
-	wait, err := g.Allow(ctx, "s", l)
-	if err != nil || wait <= 0 || wait > 100*time.Millisecond {
-		t.Fatalf("4th request: wait %v, %v; want (0, 100ms]", wait, err)
+	if a := admit(); a.Admitted() || a.Wait <= 0 || a.Wait > 100*time.Millisecond {
+		t.Fatalf("4th request: %+v; want a wait in (0, 100ms]", a)
+	}
+}
+
+// The rate step is redis_rate's GCRA on redis_rate's key: both see one limit.
+func TestAdmitSharesLimitWithRedisRate(t *testing.T) {
+	l := Limit{Rate: 5, Burst: 4, Period: time.Second}
+	g, admit := admitter(t, l, 100, time.Minute)
+	lim := redis_rate.NewLimiter(rdb)
+	ctx := context.Background()
+	for i := range 2 {
+		if a := admit(); !a.Admitted() {
+			t.Fatalf("admit %d: %+v", i, a)
+		}
+		res, err := lim.Allow(ctx, g.RateKey("s"), l.RedisRate())
+		if err != nil || res.Allowed != 1 {
+			t.Fatalf("redis_rate %d: %+v, %v", i, res, err)
+		}
+	}
+	res, err := lim.Allow(ctx, g.RateKey("s"), l.RedisRate())
+	if err != nil || res.Allowed != 0 {
+		t.Fatalf("redis_rate after a burst of 4 spent half each way: %+v, %v", res, err)
+	}
+	a := admit()
+	if a.Admitted() || a.Wait-res.RetryAfter > 5*time.Millisecond || res.RetryAfter-a.Wait > 5*time.Millisecond {
+		t.Fatalf("admit wait %v vs redis_rate RetryAfter %v: they should agree", a.Wait, res.RetryAfter)
 	}
 }
 

@@ -48,7 +48,8 @@ func (l Limit) Validate() error {
 	return nil
 }
 
-func (l Limit) redisRate() redis_rate.Limit {
+// RedisRate is the same limit as a redis_rate.Limit.
+func (l Limit) RedisRate() redis_rate.Limit {
 	return redis_rate.Limit{Rate: l.Rate, Burst: l.Burst, Period: l.Period}
 }
 

@@ -63,6 +63,7 @@ type handler struct {
 	keys   tasks.Keys
 	client *http.Client
 	lanes  *lanes
+	subs   *subCache
 	log    *slog.Logger
 	stats  *Stats
 }
@@ -89,18 +90,12 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 		return err
 	}
 	r.d, r.sub = &d, d.SubscriberID
-	sub, cooldown, err := h.load(ctx, d.SubscriberID)
+	sub, err := h.subscriber(ctx, d.SubscriberID)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	switch {
-	case now.Before(d.NotBefore):
+	if time.Now().Before(d.NotBefore) {
 		return h.deferTo(ctx, &d, &sub, GateNotBefore, d.NotBefore, "not before "+stamp(d.NotBefore))
-	case sub.Paused:
-		return h.deferTo(ctx, &d, &sub, GatePaused, now.Add(h.cfg.PauseRecheck), "subscriber paused")
-	case now.Before(cooldown):
-		return h.deferTo(ctx, &d, &sub, GateCooldown, cooldown, "destination cooling down until "+stamp(cooldown))
 	}
 	if r.token, err = h.admit(ctx, &d, &sub); err != nil {
 		return err
@@ -122,29 +117,26 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	return h.finish(ctx, t, &d, &sub, resp)
 }
 
-// load reads the subscriber, whether it is paused, and its cooldown in one
-// round trip.
-func (h *handler) load(ctx context.Context, id string) (tasks.Subscriber, time.Time, error) {
-	var get, cool *redis.StringCmd
-	var paused *redis.BoolCmd
-	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.HGet(ctx, h.keys.Subscribers(), id)
-		paused = p.SIsMember(ctx, h.keys.Paused(), id)
-		cool = p.Get(ctx, h.gates.CooldownKey(id))
-		return nil
-	})
-	var s tasks.Subscriber
+// subscriber returns the subscriber's endpoint, secrets and limits from a
+// per-process cache (a second old at most) or Redis. Whether it still
+// exists, is paused or cooling down is checked fresh by Admit.
+func (h *handler) subscriber(ctx context.Context, id string) (tasks.Subscriber, error) {
+	if s, ok := h.subs.get(id); ok {
+		return s, nil
+	}
+	v, err := h.rdb.HGet(ctx, h.keys.Subscribers(), id).Result()
 	switch {
-	case errors.Is(get.Err(), redis.Nil):
-		return s, time.Time{}, dead(DeadDeleted, "subscriber %s was deleted", id)
-	case err != nil && !errors.Is(err, redis.Nil):
-		return s, time.Time{}, h.infra("load subscriber", id, err)
+	case errors.Is(err, redis.Nil):
+		return tasks.Subscriber{}, dead(DeadDeleted, "subscriber %s was deleted", id)
+	case err != nil:
+		return tasks.Subscriber{}, h.infra("load subscriber", id, err)
 	}
-	if err := json.Unmarshal([]byte(get.Val()), &s); err != nil {
-		return s, time.Time{}, dead(DeadUndecodable, "subscriber %s unreadable: %v", id, err)
+	var s tasks.Subscriber
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return s, dead(DeadUndecodable, "subscriber %s unreadable: %v", id, err)
 	}
-	s.Paused = paused.Val()
-	return s, limits.ParseCooldown(cool.Val()), nil
+	h.subs.put(id, s)
+	return s, nil
 }
 
 func (h *handler) infra(what, sub string, err error) error {
@@ -189,33 +181,28 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 	slotTTL := h.cfg.RequestTimeout + h.cfg.MaxWait + 5*time.Second
 	const poll = 20 * time.Millisecond
 	for {
-		token, coolUntil, err := h.gates.Acquire(ctx, sub.ID, sub.MaxInFlight, slotTTL)
+		a, err := h.gates.Admit(ctx, h.keys.Subscribers(), h.keys.Paused(), sub.ID, sub.Limit, sub.MaxInFlight, slotTTL)
 		switch {
 		case err != nil:
-			return "", h.infra("max in-flight", sub.ID, err)
-		case !coolUntil.IsZero():
-			return "", h.deferTo(ctx, d, sub, GateCooldown, coolUntil, "destination cooling down until "+stamp(coolUntil))
-		case token == "":
+			return "", h.infra("admit", sub.ID, err)
+		case a.Admitted():
+			return a.Token, nil
+		case a.Unknown:
+			h.subs.forget(sub.ID)
+			return "", dead(DeadDeleted, "subscriber %s was deleted", sub.ID)
+		case a.Paused:
+			return "", h.deferTo(ctx, d, sub, GatePaused, time.Now().Add(h.cfg.PauseRecheck), "subscriber paused")
+		case !a.CoolUntil.IsZero():
+			return "", h.deferTo(ctx, d, sub, GateCooldown, a.CoolUntil, "destination cooling down until "+stamp(a.CoolUntil))
+		case a.Busy:
 			if time.Until(deadline) < poll || !sleep(ctx, poll) {
 				return "", h.deferTo(ctx, d, sub, GateInFlight, time.Now().Add(time.Second),
 					fmt.Sprintf("max in-flight %d reached", sub.MaxInFlight))
 			}
-			continue
-		}
-		wait, err := h.gates.Allow(ctx, sub.ID, sub.Limit)
-		if err == nil && wait == 0 {
-			return token, nil
-		}
-		// Not holding the slot while sleeping lets other processes use it,
-		// and re-acquiring re-checks the cooldown.
-		if rerr := h.gates.Release(context.WithoutCancel(ctx), sub.ID, token); rerr != nil {
-			h.log.Warn("in-flight release failed", "subscriber_id", sub.ID, "err", rerr) // costs the slot its ttl
-		}
-		if err != nil {
-			return "", h.infra("rate limit", sub.ID, err)
-		}
-		if time.Until(deadline) < wait || !sleep(ctx, wait) {
-			return "", h.deferTo(ctx, d, sub, GateRateLimit, time.Now().Add(wait), "rate limit "+sub.Limit.String())
+		default: // rate limited
+			if time.Until(deadline) < a.Wait || !sleep(ctx, a.Wait) {
+				return "", h.deferTo(ctx, d, sub, GateRateLimit, time.Now().Add(a.Wait), "rate limit "+sub.Limit.String())
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -41,7 +42,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	h := &handler{
 		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.rdb, cfg.Namespace), keys: tasks.Keys(cfg.Namespace),
-		client: newHTTPClient(cfg), lanes: newLanes(cfg.MaxWaiters), log: cfg.Logger, stats: &w.stats,
+		client: newHTTPClient(cfg), lanes: newLanes(cfg.MaxWaiters), subs: newSubCache(time.Second), log: cfg.Logger, stats: &w.stats,
 	}
 	w.srv = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
 		Concurrency:              cfg.Concurrency,
