@@ -62,3 +62,15 @@ func TestDialControlRefusesBeforeConnecting(t *testing.T) {
 		t.Fatalf("public address refused: %v", err)
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://a.test/hook?token=s3cret": "https://a.test/hook?REDACTED",
+		"https://a.test/hook":              "https://a.test/hook",
+		"http://u:p@a.test/x#frag":         "http://a.test/x",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
