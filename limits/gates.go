@@ -117,6 +117,11 @@ func (g *Gates) InFlight(ctx context.Context, sub string) (int64, error) {
 	return g.rdb.ZCount(ctx, g.inflightKey(sub), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()
 }
 
+// InFlightIn queues InFlight on a pipeline, for readers of many subscribers.
+func (g *Gates) InFlightIn(ctx context.Context, p redis.Pipeliner, sub string) *redis.IntCmd {
+	return p.ZCount(ctx, g.inflightKey(sub), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf")
+}
+
 // Allow spends one request of sub's GCRA limit. It returns 0 when the request
 // may go now, otherwise how long until it could. A denied call changes nothing.
 func (g *Gates) Allow(ctx context.Context, sub string, l Limit) (time.Duration, error) {

@@ -459,7 +459,10 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 	if err := p.rdb.SRem(ctx, p.keys.Paused(), id).Err(); err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
-	return p.gates.Forget(ctx, id)
+	if err := p.gates.Forget(ctx, id); err != nil {
+		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return nil
 }
 
 // SetPaused pauses or resumes a subscriber. Paused subscribers get no new
