@@ -181,9 +181,9 @@ func TestStatus(t *testing.T) {
 	b.call(t, "POST", "/v1/events", `{"id":"e3","type":"t","data":1}`)
 
 	var st struct {
-		CoolingUntil *time.Time    `json:"cooling_until"`
-		InFlight     int64         `json:"in_flight"`
-		MaxInFlight  int           `json:"max_in_flight"`
+		CoolingUntil *time.Time     `json:"cooling_until"`
+		InFlight     int64          `json:"in_flight"`
+		MaxInFlight  int            `json:"max_in_flight"`
 		RateLimit    map[string]any `json:"rate_limit"`
 		Counts       map[string]int64
 	}
