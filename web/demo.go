@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
 )
 
 // Receiver is the demo's webhook receiver on 127.0.0.1: /fast answers 200
