@@ -54,6 +54,9 @@ func run(ctx context.Context, args []string) error {
 		}
 		return s.Run(ctx)
 	case len(args) == 1 && args[0] == "dev":
+		// Errors only: the demo prints its progress, and each dead letter
+		// it makes on purpose would be a warning.
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 		return web.Dev(ctx, web.DevOptions{Getenv: os.Getenv, Out: os.Stdout, Logger: log})
 	case len(args) > 0 && web.IsCLICommand(args[0]):
 		return web.CLI(ctx, args, os.Stdout, os.Getenv)

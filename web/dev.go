@@ -133,10 +133,43 @@ func Dev(ctx context.Context, o DevOptions) error {
   demo-down in the dead letters (Archived tab). Ctrl-C stops everything.
 
 `, base, token, "http://hooklane:"+token+"@"+ln.Addr().String()+"/monitoring/")
+	if o.Events > 0 {
+		go progress(ctx, NewClient(base, token), o.Out, 3*time.Second)
+	}
 	select {
 	case <-ctx.Done():
 		return stop()
 	case e := <-exits: // one process ended early: stop the other
 		return stop(e)
+	}
+}
+
+// progress prints the demo subscribers' counts every interval while they
+// change, so the terminal tells the same story as the UI.
+func progress(ctx context.Context, c *Client, out io.Writer, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		line := ""
+		for _, id := range []string{"demo-fast", "demo-limited", "demo-down"} {
+			st, err := c.Status(ctx, id)
+			if err != nil {
+				break
+			}
+			line += fmt.Sprintf("  %s: %d delivered, %d retrying, %d dead", id, st.Counts.Delivered, st.Counts.Retrying, st.Counts.Dead)
+			if st.CoolingUntil != nil {
+				line += fmt.Sprintf(" (429: cooling %ds)", int(time.Until(*st.CoolingUntil).Seconds()+0.5))
+			}
+		}
+		if line != "" && line != last {
+			fmt.Fprintf(out, "%s%s\n", time.Now().Format("15:04:05"), line)
+			last = line
+		}
 	}
 }
