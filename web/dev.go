@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
@@ -36,6 +37,15 @@ type DevOptions struct {
 // demo receiver with three subscribers, publishes a burst of events, prints
 // where to look, and runs until ctx is done.
 func Dev(ctx context.Context, o DevOptions) error {
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
 	o.DataDir = cmp.Or(o.DataDir, ".hooklane/redis")
 	o.Events = cmp.Or(o.Events, 30)
 	log := o.Logger
