@@ -3,17 +3,19 @@ SHELL := /bin/bash
 GO    ?= go
 SUDO  := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help run test lint bench fuzz redis-server
+.PHONY: help run test lint bench fuzz redis-server chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-run: redis-server ## run the worker; starts a local redis-server when REDIS_URL is unset
+run: redis-server ## the demo: local redis-server, worker, web UI/API and a demo receiver, in one process
 	$(GO) run . dev
 
-test: redis-server ## run the whole test suite (each package starts its own redis-server)
+test: redis-server chromium ## run the whole test suite (each package starts its own redis-server)
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 20m ./...
+	@# -p 1: one package at a time, so that the browser test's Chromium and the
+	@# 12,000-delivery ledger test do not skew the worker's timing assertions.
+	$(GO) test -p 1 -count=1 -timeout 20m ./...
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
@@ -30,3 +32,9 @@ redis-server: ## install redis-server with apt-get when it is missing
 		echo "redis-server not found: installing it with apt-get"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
+
+chromium: ## install Debian's chromium (for the browser test) with apt-get when it is missing
+	@test -x /usr/bin/chromium || { \
+		echo "chromium not found: installing it with apt-get"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }

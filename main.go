@@ -1,19 +1,21 @@
 // Command hooklane delivers webhooks. Subcommands:
 //
 //	hooklane worker   deliver queued events (config from the environment; see README)
-//	hooklane dev      like worker, but starts a local redis-server when REDIS_URL is unset
+//	hooklane web      the API, the asynqmon UI and /metrics on $PORT
+//	hooklane dev      local Redis, worker, web and a demo (what `make run` runs)
+//	hooklane publish|subscribers|dead-letters …   operator commands over the API
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/web"
 	"github.com/hooklane/hooklane/worker"
 )
 
@@ -21,36 +23,43 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
+		if errors.Is(err, web.ErrUsage) {
+			err = fmt.Errorf("%w\nusage: hooklane worker|web|dev\n%s", err, web.CLIUsage)
+		}
 		fmt.Fprintln(os.Stderr, "hooklane:", err)
 		os.Exit(1)
 	}
 }
 
 func run(ctx context.Context, args []string) error {
-	if len(args) != 1 || (args[0] != "worker" && args[0] != "dev") {
-		return fmt.Errorf("usage: hooklane worker|dev")
-	}
-	cfg, err := worker.FromEnv()
-	if err != nil {
-		return err
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if args[0] == "dev" && cfg.RedisURL == "" {
-		r, err := deploy.LocalRedis(ctx, ".hooklane/redis")
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	switch {
+	case len(args) == 1 && args[0] == "worker":
+		cfg, err := worker.FromEnv()
 		if err != nil {
 			return err
 		}
-		defer r.Stop()
-		cfg.RedisURL = r.URL
-		cfg.Logger.Info("using local redis", "url", r.URL, "started_here", r.Dir != "")
+		cfg.Logger = log
+		w, err := worker.New(cfg)
+		if err != nil {
+			return err
+		}
+		return w.Run(ctx)
+	case len(args) == 1 && args[0] == "web":
+		cfg := web.FromEnv()
+		cfg.Logger = log
+		s, err := web.New(cfg)
+		if err != nil {
+			return err
+		}
+		return s.Run(ctx)
+	case len(args) == 1 && args[0] == "dev":
+		// Errors only: the demo prints its progress, and each dead letter
+		// it makes on purpose would be a warning.
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+		return web.Dev(ctx, web.DevOptions{Getenv: os.Getenv, Out: os.Stdout, Logger: log})
+	case len(args) > 0 && web.IsCLICommand(args[0]):
+		return web.CLI(ctx, args, os.Stdout, os.Getenv)
 	}
-	if args[0] == "dev" && cfg.AllowedCIDRs == nil {
-		// Local experiments deliver to local receivers; production stays closed.
-		cfg.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
-	}
-	w, err := worker.New(cfg)
-	if err != nil {
-		return err
-	}
-	return w.Run(ctx)
+	return web.ErrUsage
 }

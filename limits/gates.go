@@ -175,6 +175,11 @@ func (g *Gates) InFlight(ctx context.Context, sub string) (int64, error) {
 	return g.rdb.ZCount(ctx, g.inflightKey(sub), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()
 }
 
+// InFlightIn queues InFlight on a pipeline, for readers of many subscribers.
+func (g *Gates) InFlightIn(ctx context.Context, p redis.Pipeliner, sub string) *redis.IntCmd {
+	return p.ZCount(ctx, g.inflightKey(sub), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf")
+}
+
 // KEYS[1]: pacing cursor, a GCRA theoretical arrival time in Unix ms.
 // ARGV[1]: interval ms (float), ARGV[2]: burst, ARGV[3]: not-before Unix ms (0: now).
 // Reply: the wake-up time reserved for this task, Unix ms.

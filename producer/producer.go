@@ -286,34 +286,105 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 }
 
 // PutSubscriber creates or replaces a subscriber and returns it as stored,
-// with defaults filled and a secret generated when none was given.
+// with defaults filled. When s has no secrets, a replaced subscriber keeps
+// its secrets (so changing a URL does not break the receiver's
+// verification) and a new one gets a generated secret.
 func (p *Producer) PutSubscriber(ctx context.Context, s tasks.Subscriber) (tasks.Subscriber, error) {
+	s, _, err := p.UpsertSubscriber(ctx, s)
+	return s, err
+}
+
+// UpsertSubscriber is PutSubscriber that also reports whether the
+// subscriber was created (true) or replaced.
+func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (tasks.Subscriber, bool, error) {
+	keep := len(s.Secrets) == 0
+	// Validate before touching Redis: a refused call writes nothing and
+	// says why even while Redis is down.
 	s, err := s.WithDefaults()
 	if err != nil {
-		return s, err
+		return s, false, err
 	}
+	s.Retiring = pruneRetiring(s.Retiring, p.nowFunc())
 	if err := s.Validate(); err != nil {
-		return s, err
+		return s, false, err
 	}
-	stored := s
-	stored.Paused = false
-	b, err := json.Marshal(stored)
-	if err != nil {
-		return s, err
-	}
-	_, err = p.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
-		tx.HSet(ctx, p.keys.Subscribers(), s.ID, b)
-		if s.Paused {
-			tx.SAdd(ctx, p.keys.Paused(), s.ID)
-		} else {
-			tx.SRem(ctx, p.keys.Paused(), s.ID)
+	created := false
+	err = p.updateSubscribers(ctx, func(tx *redis.Tx) (func(redis.Pipeliner), error) {
+		old, found, err := p.readSubscriber(ctx, tx, s.ID)
+		if err != nil {
+			return nil, err
 		}
-		return nil
+		created = !found
+		if keep && found {
+			s.Secrets, s.Retiring = old.Secrets, pruneRetiring(old.Retiring, p.nowFunc())
+		}
+		return p.writeSubscriber(ctx, s, true), nil
 	})
 	if err != nil {
-		return s, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		return s, false, err
 	}
-	return s, nil
+	return s, created, nil
+}
+
+// updateSubscribers runs a read-modify-write of the subscribers hash as an
+// optimistic transaction: read (under WATCH) returns the writes to make, and
+// a concurrent change to the hash makes it start over.
+func (p *Producer) updateSubscribers(ctx context.Context, read func(tx *redis.Tx) (func(redis.Pipeliner), error)) error {
+	var readErr error
+	for range 20 {
+		err := p.rdb.Watch(ctx, func(tx *redis.Tx) error {
+			write, err := read(tx)
+			if err != nil {
+				readErr = err
+				return err
+			}
+			_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error { write(pl); return nil })
+			return err
+		}, p.keys.Subscribers())
+		switch {
+		case err == nil:
+			return nil
+		case readErr != nil:
+			return readErr
+		case !errors.Is(err, redis.TxFailedErr):
+			return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+	}
+	return fmt.Errorf("%w: subscribers kept changing during the update; try again", ErrRedisUnavailable)
+}
+
+// readSubscriber reads one stored subscriber (without its paused flag).
+func (p *Producer) readSubscriber(ctx context.Context, c redis.Cmdable, id string) (tasks.Subscriber, bool, error) {
+	var s tasks.Subscriber
+	v, err := c.HGet(ctx, p.keys.Subscribers(), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return s, false, nil
+	}
+	if err != nil {
+		return s, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return s, false, fmt.Errorf("subscriber %s: stored value unreadable: %w", id, err)
+	}
+	return s, true, nil
+}
+
+// writeSubscriber returns the writes that store s; setPaused also stores
+// s.Paused, which is kept apart from the JSON (see tasks.Keys.Paused).
+func (p *Producer) writeSubscriber(ctx context.Context, s tasks.Subscriber, setPaused bool) func(redis.Pipeliner) {
+	stored := s
+	stored.Paused = false
+	b, _ := json.Marshal(stored) // plain data: cannot fail
+	return func(tx redis.Pipeliner) {
+		tx.HSet(ctx, p.keys.Subscribers(), s.ID, b)
+		switch {
+		case !setPaused:
+		case s.Paused:
+			tx.SAdd(ctx, p.keys.Paused(), s.ID)
+		default:
+			tx.SRem(ctx, p.keys.Paused(), s.ID)
+		}
+	}
 }
 
 // GetSubscriber returns ErrUnknownSubscriber when there is none with id.
@@ -388,7 +459,10 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 	if err := p.rdb.SRem(ctx, p.keys.Paused(), id).Err(); err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
-	return p.gates.Forget(ctx, id)
+	if err := p.gates.Forget(ctx, id); err != nil {
+		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return nil
 }
 
 // SetPaused pauses or resumes a subscriber. Paused subscribers get no new

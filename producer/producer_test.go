@@ -252,3 +252,58 @@ func TestBurstIsPacedAtPublish(t *testing.T) {
 		t.Fatalf("8th event due in %v, want about 3-4s", last)
 	}
 }
+
+func TestPutKeepsSecretsAndReportsCreation(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	s, created, err := b.p.UpsertSubscriber(ctx, tasks.Subscriber{ID: "s", URL: "https://a.test/h"})
+	if err != nil || !created || len(s.Secrets) != 1 {
+		t.Fatalf("create: %+v, created %v, %v", s, created, err)
+	}
+	again, created, err := b.p.UpsertSubscriber(ctx, tasks.Subscriber{ID: "s", URL: "https://b.test/h"})
+	if err != nil || created || again.URL != "https://b.test/h" || fmt.Sprint(again.Secrets) != fmt.Sprint(s.Secrets) {
+		t.Fatalf("replace without secrets: %+v, created %v, %v; want the URL changed and the secret kept", again, created, err)
+	}
+	sec, _ := tasks.NewSecret()
+	given := b.put(t, tasks.Subscriber{ID: "s", URL: "https://b.test/h", Secrets: []string{sec}})
+	if fmt.Sprint(given.Secrets) != fmt.Sprint([]string{sec}) {
+		t.Fatalf("replace with secrets kept %v", given.Secrets)
+	}
+}
+
+func TestRotateSecret(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	old := b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test/h", Paused: true}).Secrets[0]
+	s, sec, err := b.p.RotateSecret(ctx, "s", time.Hour)
+	if err != nil || tasks.ValidateSecret(sec) != nil || sec == old {
+		t.Fatalf("RotateSecret: %q, %v", sec, err)
+	}
+	if len(s.Retiring) != 1 || s.Retiring[0].Secret != old || time.Until(s.Retiring[0].Until) < 59*time.Minute || !s.Paused {
+		t.Fatalf("after rotation: %+v", s)
+	}
+	stored, _ := b.p.GetSubscriber(ctx, "s")
+	if got := stored.SigningSecrets(time.Now()); fmt.Sprint(got) != fmt.Sprint([]string{sec, old}) {
+		t.Fatalf("signing secrets %v, want new then old", got)
+	}
+	if got := stored.SigningSecrets(time.Now().Add(2 * time.Hour)); fmt.Sprint(got) != fmt.Sprint([]string{sec}) {
+		t.Fatalf("after the grace: %v, want only the new secret", got)
+	}
+	// Each rotation adds retiring secrets until the cap; grace 0 clears them.
+	for range tasks.MaxSecrets - 2 {
+		if _, _, err := b.p.RotateSecret(ctx, "s", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := b.p.RotateSecret(ctx, "s", time.Hour); !errors.Is(err, producer.ErrTooManySecrets) {
+		t.Fatalf("rotation past the cap: %v, want ErrTooManySecrets", err)
+	}
+	s, sec, err = b.p.RotateSecret(ctx, "s", 0)
+	if err != nil || len(s.Retiring) != 0 || fmt.Sprint(s.Secrets) != fmt.Sprint([]string{sec}) {
+		t.Fatalf("grace 0: %+v, %v", s, err)
+	}
+	if _, _, err := b.p.RotateSecret(ctx, "nobody", time.Hour); !errors.Is(err, producer.ErrUnknownSubscriber) {
+		t.Fatalf("unknown: %v", err)
+	}
+	if _, _, err := b.p.RotateSecret(ctx, "s", -time.Second); !errors.Is(err, producer.ErrInvalid) {
+		t.Fatalf("negative grace: %v", err)
+	}
+}

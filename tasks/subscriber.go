@@ -20,6 +20,10 @@ type Subscriber struct {
 	// Standard Webhooks form: "whsec_" + base64 of 24-64 random bytes. Several
 	// are active while a secret is being rotated. Generated when empty.
 	Secrets []string `json:"secrets"`
+	// Retiring are secrets replaced by a rotation that still sign requests
+	// until their grace period ends, so a receiver can switch to the new
+	// secret without refusing a single request. See SigningSecrets.
+	Retiring []RetiringSecret `json:"retiring,omitempty"`
 	// EventTypes filters events: exact names or "prefix.*". Empty matches all.
 	EventTypes []string `json:"event_types"`
 	// Limit is the destination's rate limit. Default limits.DefaultLimit.
@@ -34,6 +38,28 @@ type Subscriber struct {
 	// RetryHorizon overrides the producer's default (24h) for events
 	// published from now on.
 	RetryHorizon Duration `json:"retry_horizon,omitzero"`
+}
+
+// RetiringSecret is a secret that signs until Until and then never again.
+type RetiringSecret struct {
+	Secret string    `json:"secret"`
+	Until  time.Time `json:"until"`
+}
+
+// MaxSecrets caps Secrets and Retiring together: each one is a signature in
+// every request's header.
+const MaxSecrets = 10
+
+// SigningSecrets returns the secrets that sign a request sent at now:
+// Secrets, then the retiring secrets whose grace has not ended.
+func (s *Subscriber) SigningSecrets(now time.Time) []string {
+	out := append([]string(nil), s.Secrets...)
+	for _, r := range s.Retiring {
+		if now.Before(r.Until) {
+			out = append(out, r.Secret)
+		}
+	}
+	return out
 }
 
 // DefaultMaxInFlight applies when Subscriber.MaxInFlight is 0.
@@ -80,12 +106,17 @@ func (s *Subscriber) Validate() error {
 	if err := ValidateURL(s.URL); err != nil {
 		return err
 	}
-	if len(s.Secrets) == 0 || len(s.Secrets) > 10 {
-		return invalid("secrets", "want 1-10 secrets")
+	if len(s.Secrets) == 0 || len(s.Secrets)+len(s.Retiring) > MaxSecrets {
+		return invalid("secrets", "want 1-%d secrets, retiring ones included", MaxSecrets)
 	}
 	for _, sec := range s.Secrets {
 		if err := ValidateSecret(sec); err != nil {
 			return err
+		}
+	}
+	for _, r := range s.Retiring {
+		if ValidateSecret(r.Secret) != nil {
+			return invalid("retiring", "want whsec_ + base64 of 24-64 bytes")
 		}
 	}
 	if len(s.EventTypes) > 100 {
@@ -98,7 +129,12 @@ func (s *Subscriber) Validate() error {
 		}
 	}
 	if err := s.Limit.Validate(); err != nil {
-		return invalid("limit", "%v", err)
+		// limits names the field as "limit.rate: ..."; keep it dotted.
+		field, msg, ok := strings.Cut(err.Error(), ": ")
+		if !ok {
+			field, msg = "limit", err.Error()
+		}
+		return invalid(field, "%s", msg)
 	}
 	if s.MaxInFlight < 1 || s.MaxInFlight > 10_000 {
 		return invalid("max_in_flight", "want 1-10000")

@@ -28,8 +28,18 @@ type Event struct {
 // ErrInvalid marks a value that failed validation; the message names the field.
 var ErrInvalid = errors.New("invalid")
 
+// FieldError is a validation error about one field. It matches ErrInvalid
+// with errors.Is; the HTTP API reads Field from it with errors.As.
+type FieldError struct {
+	Field string // JSON name, dotted for nested fields ("limit.rate")
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return "invalid: " + e.Field + ": " + e.Msg }
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
 func invalid(field, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...))
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
 // Validate checks the event's id, type and data (not its size: see MaxDataSize).

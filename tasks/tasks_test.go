@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/hooklane/hooklane/limits"
 )
 
 func TestMatches(t *testing.T) {
@@ -71,4 +73,27 @@ func FuzzDecodeDelivery(f *testing.F) {
 			t.Fatalf("accepted invalid delivery %+v", d)
 		}
 	})
+}
+
+func TestSigningSecretsDropsRetiredAfterGrace(t *testing.T) {
+	now := time.Date(2026, 7, 11, 8, 0, 0, 0, time.UTC)
+	s := Subscriber{Secrets: []string{"new"}, Retiring: []RetiringSecret{
+		{Secret: "old", Until: now.Add(time.Minute)},
+		{Secret: "older", Until: now},
+	}}
+	if got := s.SigningSecrets(now); len(got) != 2 || got[0] != "new" || got[1] != "old" {
+		t.Fatalf("at now: %v, want [new old]", got)
+	}
+	if got := s.SigningSecrets(now.Add(time.Minute)); len(got) != 1 || got[0] != "new" {
+		t.Fatalf("after grace: %v, want [new]", got)
+	}
+}
+
+func TestFieldErrorNamesNestedField(t *testing.T) {
+	s, _ := Subscriber{ID: "a", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 0, Period: time.Second}}.WithDefaults()
+	var fe *FieldError
+	err := s.Validate()
+	if !errors.As(err, &fe) || fe.Field != "limit.burst" || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("err = %#v, want a FieldError on limit.burst that is ErrInvalid", err)
+	}
 }

@@ -76,7 +76,9 @@ func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *t
 		return response{err: err}
 	}
 	start := time.Now()
-	sig, err := sign(sub.Secrets, ev.ID, start, body)
+	// A rotated-out secret keeps signing until its grace ends, so the
+	// receiver can move to the new one without refusing a request.
+	sig, err := sign(sub.SigningSecrets(start), ev.ID, start, body)
 	if err != nil {
 		return response{err: err}
 	}

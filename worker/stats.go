@@ -76,7 +76,8 @@ type run struct {
 var LatencyBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
 // StatsKey is the hash of subscriber sub's counters. Fields: delivered,
-// failed, infra_error, deferred:<gate>, dead:<reason>, and per histogram h
+// failed, infra_error, deferred:<gate>, dead:<reason>, http:<status> per
+// answer received (http:error when none was), and per histogram h
 // (e2e, late) h:<le> bucket counts (not cumulative; le "+Inf" last),
 // h_sum_ms.
 func StatsKey(namespace, sub string) string { return namespace + ":stats:" + sub }
@@ -142,6 +143,13 @@ func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields [
 		h.gates.ReleaseIn(ctx, p, r.sub, r.token)
 	}
 	if r.attempt != nil {
+		if r.sub != "" {
+			code := "error"
+			if r.attempt.Status > 0 {
+				code = strconv.Itoa(r.attempt.Status)
+			}
+			fields = append(fields, "http:"+code)
+		}
 		b, _ := json.Marshal(r.attempt)
 		key := h.keys.Attempts(r.taskID)
 		if r.delivered {

@@ -65,6 +65,7 @@ func New(cfg Config) (*Worker, error) {
 // fetching, lets in-flight deliveries finish for up to ShutdownTimeout and
 // puts back the rest.
 func (w *Worker) Run(ctx context.Context) error {
+	w.warnAboutRedis(ctx)
 	if err := w.srv.Start(w.handler); err != nil {
 		return err
 	}

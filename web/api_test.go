@@ -1,0 +1,149 @@
+package web_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hooklane/hooklane/tasks"
+)
+
+func TestSubscriberEndpoints(t *testing.T) {
+	b := setup(t, nil)
+	put := map[string]any{"url": "https://crm.acme.example/hooks", "event_types": []string{"video.*"},
+		"rate_limit": map[string]any{"rate": 5, "burst": 10, "period": "1s"}, "max_in_flight": 4}
+
+	r := b.call(t, "PUT", "/v1/subscribers/acme-crm", put)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var created struct {
+		Secrets   []string       `json:"secrets"`
+		RateLimit map[string]any `json:"rate_limit"`
+	}
+	json.Unmarshal(r.body, &created)
+	if len(created.Secrets) != 1 || tasks.ValidateSecret(created.Secrets[0]) != nil {
+		t.Fatalf("create did not return the generated secret: %s", r.body)
+	}
+	if created.RateLimit["period"] != "1s" || created.RateLimit["rate"] != 5.0 {
+		t.Fatalf("rate_limit %v", created.RateLimit)
+	}
+
+	put["url"] = "https://crm.acme.example/hooks/v2"
+	r = b.call(t, "PUT", "/v1/subscribers/acme-crm", put)
+	if r.status != http.StatusOK || strings.Contains(string(r.body), "whsec_") {
+		t.Fatalf("replace: %d %s; want 200 without secrets", r.status, r.body)
+	}
+	stored, _ := b.p.GetSubscriber(t.Context(), "acme-crm")
+	if stored.URL != put["url"] || stored.Secrets[0] != created.Secrets[0] {
+		t.Fatalf("after replace: %+v; want the new URL and the same secret", stored)
+	}
+
+	r = b.call(t, "GET", "/v1/subscribers/acme-crm", nil)
+	if r.status != 200 || strings.Contains(string(r.body), "whsec_") || r.json(t)["url"] != put["url"] {
+		t.Fatalf("get: %d %s", r.status, r.body)
+	}
+	b.call(t, "PUT", "/v1/subscribers/b", map[string]any{"url": "http://127.0.0.1:9/x"})
+	r = b.call(t, "GET", "/v1/subscribers", nil)
+	var list struct{ Subscribers []struct{ ID string } }
+	json.Unmarshal(r.body, &list)
+	if r.status != 200 || len(list.Subscribers) != 2 || list.Subscribers[0].ID != "acme-crm" || strings.Contains(string(r.body), "whsec_") {
+		t.Fatalf("list: %d %s", r.status, r.body)
+	}
+
+	if r = b.call(t, "POST", "/v1/subscribers/acme-crm/pause", nil); r.status != 200 || r.json(t)["paused"] != true {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	if r = b.call(t, "POST", "/v1/subscribers/acme-crm/resume", nil); r.status != 200 || r.json(t)["paused"] != false {
+		t.Fatalf("resume: %d %s", r.status, r.body)
+	}
+
+	r = b.call(t, "POST", "/v1/subscribers/acme-crm/secrets/rotate", map[string]string{"grace": "1h"})
+	var rotated struct {
+		Secrets  []string    `json:"secrets"`
+		Retiring []time.Time `json:"retiring_secrets_until"`
+	}
+	json.Unmarshal(r.body, &rotated)
+	if r.status != 200 || len(rotated.Secrets) != 1 || rotated.Secrets[0] == created.Secrets[0] || len(rotated.Retiring) != 1 {
+		t.Fatalf("rotate: %d %s", r.status, r.body)
+	}
+	stored, _ = b.p.GetSubscriber(t.Context(), "acme-crm")
+	if got := stored.SigningSecrets(time.Now()); !slices.Equal(got, []string{rotated.Secrets[0], created.Secrets[0]}) {
+		t.Fatalf("signing secrets after rotation: %v", got)
+	}
+	if r = b.call(t, "POST", "/v1/subscribers/acme-crm/secrets/rotate", nil); r.status != 200 {
+		t.Fatalf("rotate without a body (default grace): %d %s", r.status, r.body)
+	}
+
+	if r = b.call(t, "DELETE", "/v1/subscribers/acme-crm", nil); r.status != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/subscribers/acme-crm"}, {"DELETE", "/v1/subscribers/acme-crm"},
+		{"POST", "/v1/subscribers/acme-crm/pause"}, {"GET", "/v1/subscribers/acme-crm/status"},
+		{"POST", "/v1/subscribers/acme-crm/secrets/rotate"},
+	} {
+		r = b.call(t, c.method, c.path, nil)
+		if code, _ := r.errorOf(t); r.status != 404 || code != "unknown_subscriber" {
+			t.Errorf("%s %s after delete: %d %s", c.method, c.path, r.status, r.body)
+		}
+	}
+}
+
+func TestValidationErrors(t *testing.T) {
+	b := setup(t, nil)
+	good := `{"url":"https://a.test/h"}`
+	big := `{"id":"e1","type":"t","data":"` + strings.Repeat("x", 300<<10) + `"}`
+	huge := `{"id":"e1","type":"t","data":"` + strings.Repeat("x", 2<<20) + `"}`
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code, field              string
+	}{
+		{"malformed", "PUT", "/v1/subscribers/a", `{"url":`, 400, "bad_json", ""},
+		{"empty body", "PUT", "/v1/subscribers/a", ``, 400, "bad_json", ""},
+		{"trailing data", "PUT", "/v1/subscribers/a", good + `{}`, 400, "bad_json", ""},
+		{"unknown field", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","urls":[]}`, 400, "unknown_field", "urls"},
+		{"unknown nested field", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":1,"burst":1,"period":"1s","jitter":1}}`, 400, "unknown_field", "jitter"},
+		{"wrong type", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","max_in_flight":"4"}`, 400, "bad_json", "max_in_flight"},
+		{"bad id", "PUT", "/v1/subscribers/a:b", good, 422, "invalid", "id"},
+		{"id mismatch", "PUT", "/v1/subscribers/a", `{"id":"b","url":"https://a.test"}`, 422, "invalid", "id"},
+		{"bad url", "PUT", "/v1/subscribers/a", `{"url":"ftp://a.test"}`, 422, "invalid", "url"},
+		{"no url", "PUT", "/v1/subscribers/a", `{}`, 422, "invalid", "url"},
+		{"bad secret", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","secrets":["hunter2"]}`, 422, "invalid", "secrets"},
+		{"zero rate", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":0,"burst":1,"period":"1s"}}`, 422, "invalid", "rate_limit.rate"},
+		{"bad period", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":1,"burst":1,"period":"soon"}}`, 422, "invalid", "rate_limit.period"},
+		{"bad filter", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","event_types":["*"]}`, 422, "invalid", "event_types"},
+		{"bad horizon", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","retry_horizon":"forever"}`, 422, "invalid", "retry_horizon"},
+		{"event without id", "POST", "/v1/events", `{"type":"t","data":{}}`, 422, "invalid", "id"},
+		{"event without data", "POST", "/v1/events", `{"id":"e1","type":"t"}`, 422, "invalid", "data"},
+		{"event bad not_before", "POST", "/v1/events", `{"id":"e1","type":"t","data":1,"not_before":"tomorrow"}`, 400, "bad_json", ""},
+		{"event data too large", "POST", "/v1/events", big, 413, "payload_too_large", "data"},
+		{"body too large", "POST", "/v1/events", huge, 413, "body_too_large", ""},
+		{"event to unknown subscriber", "POST", "/v1/events", `{"id":"e1","type":"t","data":1,"subscriber_id":"nobody"}`, 404, "unknown_subscriber", ""},
+		{"replay without a filter", "POST", "/v1/dead-letters/replay", `{}`, 422, "invalid", "subscriber"},
+		{"dead letters bad limit", "GET", "/v1/dead-letters?limit=0", ``, 422, "invalid", "limit"},
+		{"unknown dead letter", "DELETE", "/v1/dead-letters/a:e1", ``, 404, "unknown_dead_letter", ""},
+		{"bad grace", "POST", "/v1/subscribers/s/secrets/rotate", `{"grace":"-1h"}`, 422, "invalid", "grace"},
+		{"wrong method", "PATCH", "/v1/subscribers/a", good, 405, "method_not_allowed", ""},
+		{"no such endpoint", "GET", "/v1/nothing", ``, 404, "not_found", ""},
+	}
+	b.call(t, "PUT", "/v1/subscribers/s", good)
+	for _, tt := range tests {
+		r := b.call(t, tt.method, tt.path, tt.body)
+		code, field := r.errorOf(t)
+		if r.status != tt.status || code != tt.code || field != tt.field {
+			t.Errorf("%s: %d %s %q; want %d %s %q\n%s", tt.name, r.status, code, field, tt.status, tt.code, tt.field, r.body)
+		}
+	}
+	// Nothing refused was written: one subscriber (s), no task.
+	if subs, _ := b.p.ListSubscribers(t.Context()); len(subs) != 1 {
+		t.Errorf("%d subscribers after refused writes, want 1", len(subs))
+	}
+	if q, err := b.insp.GetQueueInfo(b.ns); err == nil && q.Size != 0 {
+		t.Errorf("%d tasks after refused publishes", q.Size)
+	}
+}

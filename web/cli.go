@@ -1,0 +1,200 @@
+package web
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// CLIUsage lists the operator commands.
+const CLIUsage = `operator commands (over the API at $HOOKLANE_URL, default http://127.0.0.1:$PORT, with $HOOKLANE_API_TOKEN):
+  hooklane publish -type T [-id ID] [-data JSON|@file] [-to SUBSCRIBER] [-not-before RFC3339|+DURATION]
+  hooklane subscribers list
+  hooklane subscribers get|status|delete|pause|resume ID
+  hooklane subscribers put ID -url URL [-events a,b.*] [-rate N -burst N -period 1s] [-max-in-flight N] [-max-attempts N] [-secret whsec_…]
+  hooklane subscribers rotate ID [-grace 24h]
+  hooklane dead-letters list [-subscriber ID] [-limit N]
+  hooklane dead-letters replay -subscriber ID | -id TASK_ID [-id …] | -all`
+
+// ErrUsage is returned for a command line CLI does not understand.
+var ErrUsage = errors.New("usage")
+
+// IsCLICommand reports whether CLI handles the command name.
+func IsCLICommand(name string) bool {
+	return name == "publish" || name == "subscribers" || name == "dead-letters"
+}
+
+// CLI runs an operator command (see CLIUsage) and writes the API's answer
+// to stdout as JSON. getenv reads HOOKLANE_URL, PORT and HOOKLANE_API_TOKEN.
+func CLI(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
+	base := getenv("HOOKLANE_URL")
+	if base == "" {
+		base = "http://127.0.0.1:" + cmp.Or(getenv("PORT"), "8080")
+	}
+	c := NewClient(base, getenv("HOOKLANE_API_TOKEN"))
+	out := func(v any, err error) error {
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	if len(args) == 0 {
+		return ErrUsage
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "publish":
+		ev, err := parsePublish(rest)
+		if err != nil {
+			return err
+		}
+		return out(c.Publish(ctx, ev))
+	case "subscribers":
+		return subscribersCLI(ctx, c, rest, out)
+	case "dead-letters":
+		return deadLettersCLI(ctx, c, rest, out)
+	}
+	return ErrUsage
+}
+
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors come back as values, printed once by main
+	return fs
+}
+
+func parsePublish(args []string) (EventRequest, error) {
+	fs := newFlags("publish")
+	id := fs.String("id", "", "event id; default a new random one (give your own to make retries idempotent)")
+	typ := fs.String("type", "", "event type")
+	data := fs.String("data", "null", "JSON data, or @file")
+	to := fs.String("to", "", "send to this subscriber only")
+	nb := fs.String("not-before", "", "RFC 3339 time or +duration")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		return EventRequest{}, fmt.Errorf("%w: publish: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
+	}
+	ev := EventRequest{ID: *id, Type: *typ, SubscriberID: *to, Data: json.RawMessage(*data)}
+	if ev.ID == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		ev.ID = "evt_" + hex.EncodeToString(b[:])
+	}
+	if name, ok := strings.CutPrefix(*data, "@"); ok {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return ev, err
+		}
+		ev.Data = b
+	}
+	if *nb != "" {
+		var t time.Time
+		if d, ok := strings.CutPrefix(*nb, "+"); ok {
+			dur, err := time.ParseDuration(d)
+			if err != nil {
+				return ev, fmt.Errorf("-not-before: %v", err)
+			}
+			t = time.Now().Add(dur)
+		} else {
+			var err error
+			if t, err = time.Parse(time.RFC3339Nano, *nb); err != nil {
+				return ev, fmt.Errorf("-not-before: want RFC 3339 or +duration: %v", err)
+			}
+		}
+		ev.NotBefore = &t
+	}
+	return ev, nil
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func subscribersCLI(ctx context.Context, c *Client, args []string, out func(any, error) error) error {
+	if len(args) == 1 && args[0] == "list" {
+		return out(c.ListSubscribers(ctx))
+	}
+	if len(args) < 2 {
+		return fmt.Errorf("%w: subscribers: want list, or a command and an id", ErrUsage)
+	}
+	cmd, id, rest := args[0], args[1], args[2:]
+	if cmd != "put" && cmd != "rotate" && len(rest) > 0 {
+		return fmt.Errorf("%w: subscribers %s takes only an id", ErrUsage, cmd)
+	}
+	switch cmd {
+	case "get":
+		return out(c.GetSubscriber(ctx, id))
+	case "status":
+		return out(c.Status(ctx, id))
+	case "delete":
+		return out(map[string]string{"deleted": id}, c.DeleteSubscriber(ctx, id))
+	case "pause", "resume":
+		return out(c.SetPaused(ctx, id, cmd == "pause"))
+	case "rotate":
+		fs := newFlags("rotate")
+		grace := fs.String("grace", "", "how long the old secret keeps signing (default 24h; 0s: stop now)")
+		if err := fs.Parse(rest); err != nil || fs.NArg() != 0 {
+			return fmt.Errorf("%w: subscribers rotate: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
+		}
+		return out(c.RotateSecret(ctx, id, *grace))
+	case "put":
+		fs := newFlags("put")
+		u := fs.String("url", "", "endpoint URL")
+		events := fs.String("events", "", "comma-separated event types or prefix.*; empty: all")
+		rate := fs.Int("rate", 0, "requests per period (with -burst and -period; default 10/s, burst 20)")
+		burst := fs.Int("burst", 0, "burst")
+		period := fs.String("period", "1s", "period of the rate")
+		inflight := fs.Int("max-in-flight", 0, "concurrent requests (default 10)")
+		attempts := fs.Int("max-attempts", 0, "counted attempts before dead-lettering (default 8)")
+		var secrets stringList
+		fs.Var(&secrets, "secret", "whsec_ secret (repeatable); default: keep, or generate for a new subscriber")
+		if err := fs.Parse(rest); err != nil || fs.NArg() != 0 {
+			return fmt.Errorf("%w: subscribers put: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
+		}
+		r := SubscriberRequest{URL: *u, MaxInFlight: *inflight, MaxAttempts: *attempts, Secrets: secrets}
+		if *events != "" {
+			r.EventTypes = strings.Split(*events, ",")
+		}
+		if *rate != 0 || *burst != 0 {
+			r.RateLimit = &RateLimit{Rate: *rate, Burst: cmp.Or(*burst, *rate), Period: *period}
+		}
+		return out(c.PutSubscriber(ctx, id, r))
+	}
+	return fmt.Errorf("%w: subscribers %s", ErrUsage, cmd)
+}
+
+func deadLettersCLI(ctx context.Context, c *Client, args []string, out func(any, error) error) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: dead-letters: want list or replay", ErrUsage)
+	}
+	fs := newFlags("dead-letters")
+	sub := fs.String("subscriber", "", "subscriber id")
+	switch args[0] {
+	case "list":
+		limit := fs.Int("limit", 0, "at most this many (default 100)")
+		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
+			return fmt.Errorf("%w: dead-letters list: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
+		}
+		return out(c.DeadLetters(ctx, *sub, *limit))
+	case "replay":
+		var ids stringList
+		fs.Var(&ids, "id", "task id <subscriber>:<event> (repeatable)")
+		all := fs.Bool("all", false, "replay every dead letter")
+		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
+			return fmt.Errorf("%w: dead-letters replay: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
+		}
+		return out(c.Replay(ctx, ReplayRequest{Subscriber: *sub, IDs: ids, All: *all}))
+	}
+	return fmt.Errorf("%w: dead-letters %s", ErrUsage, args[0])
+}

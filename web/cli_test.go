@@ -1,0 +1,99 @@
+package web_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hooklane/hooklane/web"
+)
+
+// cli runs an operator command against b's server and decodes its output.
+func (b *bundle) cli(t *testing.T, out any, args ...string) error {
+	t.Helper()
+	var buf bytes.Buffer
+	env := map[string]string{"HOOKLANE_URL": b.srv.URL, "HOOKLANE_API_TOKEN": token}
+	err := web.CLI(context.Background(), args, &buf, func(k string) string { return env[k] })
+	if err == nil && out != nil {
+		if jerr := json.Unmarshal(buf.Bytes(), out); jerr != nil {
+			t.Fatalf("%v: output %q: %v", args, buf.String(), jerr)
+		}
+	}
+	return err
+}
+
+func TestCLI(t *testing.T) {
+	b := setup(t, fastRetries)
+	s := newSink(t, func(w http.ResponseWriter, n int) {
+		if n < 1 {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	})
+	var sub web.Subscriber
+	if err := b.cli(t, &sub, "subscribers", "put", "s", "-url", s.URL, "-events", "video.*,billing.paid",
+		"-rate", "5", "-period", "1s", "-max-attempts", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if len(sub.Secrets) != 1 || sub.RateLimit.Burst != 5 || len(sub.EventTypes) != 2 || sub.MaxAttempts != 1 {
+		t.Fatalf("put: %+v", sub)
+	}
+	var list []web.Subscriber
+	if err := b.cli(t, &list, "subscribers", "list"); err != nil || len(list) != 1 || list[0].Secrets != nil {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	var res struct{ Targets []struct{ Outcome string } }
+	if err := b.cli(t, &res, "publish", "-id", "e1", "-type", "video.x", "-data", `{"a":1}`); err != nil ||
+		len(res.Targets) != 1 || res.Targets[0].Outcome != "enqueued" {
+		t.Fatalf("publish: %+v, %v", res, err)
+	}
+	if err := b.cli(t, &res, "publish", "-id", "e1", "-type", "video.x", "-data", `{"a":1}`); err != nil || res.Targets[0].Outcome != "duplicate" {
+		t.Fatalf("publish again: %+v, %v", res, err)
+	}
+	var dead []struct {
+		TaskID string `json:"task_id"`
+	}
+	eventually(t, 10*time.Second, "a dead letter", func() bool {
+		return b.cli(t, &dead, "dead-letters", "list", "-subscriber", "s") == nil && len(dead) == 1
+	})
+	var outcomes []struct{ TaskID, Outcome string }
+	if err := b.cli(t, &outcomes, "dead-letters", "replay", "-id", dead[0].TaskID); err != nil ||
+		len(outcomes) != 1 || outcomes[0].Outcome != "enqueued" {
+		t.Fatalf("replay: %+v, %v", outcomes, err)
+	}
+	eventually(t, 10*time.Second, "redelivery", func() bool { return len(s.got()) == 2 })
+	var st web.Status
+	eventually(t, 10*time.Second, "the delivery counted", func() bool {
+		return b.cli(t, &st, "subscribers", "status", "s") == nil && st.Counts.Delivered == 1
+	})
+	if err := b.cli(t, &sub, "subscribers", "rotate", "s", "-grace", "1h"); err != nil || len(sub.Secrets) != 1 || len(sub.RetiringUntil) != 1 {
+		t.Fatalf("rotate: %+v, %v", sub, err)
+	}
+	if err := b.cli(t, &sub, "subscribers", "pause", "s"); err != nil || !sub.Paused {
+		t.Fatalf("pause: %+v, %v", sub, err)
+	}
+
+	var ae *web.APIError
+	if err := b.cli(t, nil, "subscribers", "get", "nobody"); !errors.As(err, &ae) || ae.Status != 404 || ae.Code != "unknown_subscriber" {
+		t.Fatalf("get unknown: %v", err)
+	}
+	if err := b.cli(t, nil, "subscribers", "put", "x", "-url", "ftp://x"); !errors.As(err, &ae) || ae.Field != "url" {
+		t.Fatalf("put invalid: %v", err)
+	}
+	for _, args := range [][]string{{"subscribers"}, {"subscribers", "frob", "s"}, {"publish", "-nope"}, {"dead-letters"}, {"nothing"}} {
+		if err := b.cli(t, nil, args...); !errors.Is(err, web.ErrUsage) {
+			t.Errorf("%v: %v, want ErrUsage", args, err)
+		}
+	}
+	var buf bytes.Buffer
+	err := web.CLI(context.Background(), []string{"subscribers", "list"}, &buf, func(k string) string {
+		return map[string]string{"HOOKLANE_URL": b.srv.URL}[k]
+	})
+	if !errors.As(err, &ae) || ae.Status != 401 || !strings.Contains(err.Error(), "unauthorized") {
+		t.Fatalf("without a token: %v", err)
+	}
+}

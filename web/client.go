@@ -1,0 +1,161 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// Client calls the /v1/ API of a hooklane web process. Its errors are
+// *APIError for any answer that is not 2xx.
+type Client struct {
+	BaseURL string // e.g. http://127.0.0.1:8080
+	Token   string
+	HTTP    *http.Client
+}
+
+// NewClient returns a Client with a 30s timeout per call.
+func NewClient(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimSuffix(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// do sends body as JSON (when not nil) and decodes a 2xx answer into out
+// (when not nil). It returns the status.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct{ Error *APIError }
+		if json.Unmarshal(b, &e) != nil || e.Error == nil {
+			return resp.StatusCode, &APIError{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(b))}
+		}
+		e.Error.Status = resp.StatusCode
+		return resp.StatusCode, e.Error
+	}
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: answer unreadable: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func subPath(id string) string { return "/v1/subscribers/" + url.PathEscape(id) }
+
+// PutSubscriber creates or replaces subscriber id.
+func (c *Client) PutSubscriber(ctx context.Context, id string, r SubscriberRequest) (Subscriber, error) {
+	var s Subscriber
+	_, err := c.do(ctx, "PUT", subPath(id), r, &s)
+	return s, err
+}
+
+// GetSubscriber returns subscriber id, without secrets.
+func (c *Client) GetSubscriber(ctx context.Context, id string) (Subscriber, error) {
+	var s Subscriber
+	_, err := c.do(ctx, "GET", subPath(id), nil, &s)
+	return s, err
+}
+
+// ListSubscribers returns every subscriber, by id.
+func (c *Client) ListSubscribers(ctx context.Context) ([]Subscriber, error) {
+	var out struct{ Subscribers []Subscriber }
+	_, err := c.do(ctx, "GET", "/v1/subscribers", nil, &out)
+	return out.Subscribers, err
+}
+
+// DeleteSubscriber deletes subscriber id.
+func (c *Client) DeleteSubscriber(ctx context.Context, id string) error {
+	_, err := c.do(ctx, "DELETE", subPath(id), nil, nil)
+	return err
+}
+
+// SetPaused pauses or resumes subscriber id.
+func (c *Client) SetPaused(ctx context.Context, id string, paused bool) (Subscriber, error) {
+	var s Subscriber
+	action := "/resume"
+	if paused {
+		action = "/pause"
+	}
+	_, err := c.do(ctx, "POST", subPath(id)+action, nil, &s)
+	return s, err
+}
+
+// RotateSecret gives subscriber id a new secret (in the answer's Secrets);
+// the old ones sign beside it for grace ("" for the server's default).
+func (c *Client) RotateSecret(ctx context.Context, id, grace string) (Subscriber, error) {
+	var s Subscriber
+	_, err := c.do(ctx, "POST", subPath(id)+"/secrets/rotate", RotateRequest{Grace: grace}, &s)
+	return s, err
+}
+
+// Status returns subscriber id's limit, cooldown, in-flight and counts.
+func (c *Client) Status(ctx context.Context, id string) (Status, error) {
+	var s Status
+	_, err := c.do(ctx, "GET", subPath(id)+"/status", nil, &s)
+	return s, err
+}
+
+// Publish publishes an event; its result lists each subscriber's outcome.
+func (c *Client) Publish(ctx context.Context, ev EventRequest) (*producer.PublishResult, error) {
+	var res producer.PublishResult
+	_, err := c.do(ctx, "POST", "/v1/events", ev, &res)
+	return &res, err
+}
+
+// DeadLetters lists dead letters, of one subscriber when sub is set.
+func (c *Client) DeadLetters(ctx context.Context, sub string, limit int) ([]tasks.DeadLetter, error) {
+	q := url.Values{}
+	if sub != "" {
+		q.Set("subscriber", sub)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out struct {
+		DeadLetters []tasks.DeadLetter `json:"dead_letters"`
+	}
+	_, err := c.do(ctx, "GET", "/v1/dead-letters?"+q.Encode(), nil, &out)
+	return out.DeadLetters, err
+}
+
+// Replay re-enqueues dead letters with their original event ids.
+func (c *Client) Replay(ctx context.Context, r ReplayRequest) ([]producer.ReplayOutcome, error) {
+	var out struct{ Outcomes []producer.ReplayOutcome }
+	_, err := c.do(ctx, "POST", "/v1/dead-letters/replay", r, &out)
+	return out.Outcomes, err
+}

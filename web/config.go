@@ -1,0 +1,100 @@
+package web
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+)
+
+// Config configures a Server. Zero fields take the defaults named; FromEnv
+// reads each from the environment variable named.
+type Config struct {
+	// Addr (HOOKLANE_ADDR, else ":$PORT") is where to listen. Default ":8080".
+	Addr string
+	// Token (HOOKLANE_API_TOKEN) guards /v1/ and /monitoring/. Required,
+	// of at least 16 characters, unless Addr listens on loopback only.
+	Token string
+	// MetricsToken (HOOKLANE_METRICS_TOKEN) guards /metrics, so that a
+	// Prometheus can scrape without the API token. Default Token.
+	MetricsToken string
+	// RedisURL (REDIS_URL). Default redis://127.0.0.1:6379/0.
+	RedisURL string
+	// Namespace (HOOKLANE_NAMESPACE) must match the worker's. Default "hooklane".
+	Namespace string
+	// MaxBodyBytes caps a request body. Default 1 MiB: an event's data may
+	// be 256 KiB, and more once JSON-escaped.
+	MaxBodyBytes int64
+	// ShutdownTimeout is how long requests in progress may finish after
+	// SIGTERM. Default 10s, inside a Procfile host's 30s grace.
+	ShutdownTimeout time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// MinTokenLen is the shortest Token accepted.
+const MinTokenLen = 16
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Addr = cmp.Or(c.Addr, ":8080")
+	c.MetricsToken = cmp.Or(c.MetricsToken, c.Token)
+	c.RedisURL = cmp.Or(c.RedisURL, "redis://127.0.0.1:6379/0")
+	c.Namespace = cmp.Or(c.Namespace, "hooklane")
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 1<<20)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("web: Addr (HOOKLANE_ADDR or PORT) %q: %v", c.Addr, err)
+	}
+	switch {
+	case c.Token == "" && !IsLoopback(c.Addr):
+		return fmt.Errorf("web: Token (HOOKLANE_API_TOKEN) is required when listening on %s; "+
+			"set one (e.g. `openssl rand -hex 32`) or listen on 127.0.0.1 only", c.Addr)
+	case c.Token != "" && len(c.Token) < MinTokenLen:
+		return fmt.Errorf("web: Token (HOOKLANE_API_TOKEN) must be at least %d characters", MinTokenLen)
+	case c.MetricsToken != "" && len(c.MetricsToken) < MinTokenLen:
+		return fmt.Errorf("web: MetricsToken (HOOKLANE_METRICS_TOKEN) must be at least %d characters", MinTokenLen)
+	case c.MaxBodyBytes < 64<<10:
+		return errors.New("web: MaxBodyBytes must be at least 64 KiB")
+	}
+	return nil
+}
+
+// IsLoopback reports whether addr (host:port) listens on loopback only: an
+// empty host means every interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// FromEnv reads a Config from the environment.
+func FromEnv() Config {
+	c := Config{
+		Addr:         os.Getenv("HOOKLANE_ADDR"),
+		Token:        os.Getenv("HOOKLANE_API_TOKEN"),
+		MetricsToken: os.Getenv("HOOKLANE_METRICS_TOKEN"),
+		RedisURL:     os.Getenv("REDIS_URL"),
+		Namespace:    os.Getenv("HOOKLANE_NAMESPACE"),
+	}
+	if port := os.Getenv("PORT"); c.Addr == "" && port != "" {
+		c.Addr = ":" + port
+	}
+	return c
+}

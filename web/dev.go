@@ -1,0 +1,190 @@
+package web
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/worker"
+)
+
+// DevOptions configures Dev.
+type DevOptions struct {
+	// Getenv reads REDIS_URL, PORT, HOOKLANE_API_TOKEN and the worker's
+	// variables (see worker.FromEnv, which reads the process environment).
+	Getenv func(string) string
+	// Out gets the banner: the UI's address and token.
+	Out io.Writer
+	// Logger gets the processes' logs.
+	Logger *slog.Logger
+	// DataDir holds the local Redis' data. Default ".hooklane/redis".
+	DataDir string
+	// Events is the demo's burst. Default 30; negative: no demo.
+	Events int
+}
+
+// Dev is `make run`: it starts (or reuses) a local redis-server unless
+// REDIS_URL is set, a worker and the web process on 127.0.0.1:$PORT, and a
+// demo receiver with three subscribers, publishes a burst of events, prints
+// where to look, and runs until ctx is done.
+func Dev(ctx context.Context, o DevOptions) error {
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	o.DataDir = cmp.Or(o.DataDir, ".hooklane/redis")
+	o.Events = cmp.Or(o.Events, 30)
+	log := o.Logger
+
+	redisURL := o.Getenv("REDIS_URL")
+	if redisURL == "" {
+		r, err := deploy.LocalRedis(ctx, o.DataDir)
+		if err != nil {
+			return err
+		}
+		defer r.Stop()
+		redisURL = r.URL
+		log.Info("using local redis", "url", r.URL, "started_here", r.Dir != "")
+	}
+	token := o.Getenv("HOOKLANE_API_TOKEN")
+	if token == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		token = "dev-" + hex.EncodeToString(b[:])
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:"+cmp.Or(o.Getenv("PORT"), "8080"))
+	if err != nil {
+		return fmt.Errorf("web: %w (set PORT to use another port)", err)
+	}
+	srv, err := New(Config{Addr: ln.Addr().String(), Token: token, RedisURL: redisURL,
+		Namespace: o.Getenv("HOOKLANE_NAMESPACE"), Logger: log.With("process", "web")})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+
+	wcfg, err := worker.FromEnv()
+	if err != nil {
+		srv.Close()
+		ln.Close()
+		return err
+	}
+	wcfg.RedisURL, wcfg.Logger = redisURL, log.With("process", "worker")
+	wcfg.Namespace = cmp.Or(o.Getenv("HOOKLANE_NAMESPACE"), wcfg.Namespace)
+	// Quick retries, so that the down subscriber's events reach the dead
+	// letters within seconds instead of the production backoff's hours.
+	wcfg.BackoffBase = cmp.Or(wcfg.BackoffBase, time.Second)
+	wcfg.BackoffMax = cmp.Or(wcfg.BackoffMax, 5*time.Second)
+	if wcfg.AllowedCIDRs == nil {
+		// The demo receiver is on loopback; production stays closed.
+		wcfg.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+	}
+	w, err := worker.New(wcfg)
+	if err != nil {
+		srv.Close()
+		ln.Close()
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type exit struct {
+		name string
+		err  error
+	}
+	exits := make(chan exit, 2)
+	go func() { exits <- exit{"web", srv.Serve(ctx, ln)} }()
+	go func() { exits <- exit{"worker", w.Run(ctx)} }()
+	// stop ends both processes and returns their errors; got are exits
+	// already received.
+	stop := func(got ...exit) error {
+		cancel()
+		for len(got) < 2 {
+			got = append(got, <-exits)
+		}
+		var errs []error
+		for _, e := range got {
+			if e.err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", e.name, e.err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+
+	base := "http://" + ln.Addr().String()
+	if o.Events > 0 {
+		rcv, err := StartReceiver(2)
+		if err != nil {
+			return errors.Join(err, stop())
+		}
+		defer rcv.Close()
+		if err := Demo(ctx, NewClient(base, token), rcv, o.Events); err != nil {
+			return errors.Join(err, stop())
+		}
+	}
+	fmt.Fprintf(o.Out, `
+  hooklane is running.
+    asynqmon UI   %[1]s/monitoring/   (user: anything, password: %[2]s)
+                  or open %[3]s
+    API           curl -H 'Authorization: Bearer %[2]s' %[1]s/v1/subscribers
+    CLI           HOOKLANE_API_TOKEN=%[2]s go run . subscribers status demo-limited
+    metrics       curl -H 'Authorization: Bearer %[2]s' %[1]s/metrics
+  Within a minute: demo-fast delivered, demo-limited retrying on its Retry-After,
+  demo-down in the dead letters (Archived tab). Ctrl-C stops everything.
+
+`, base, token, "http://hooklane:"+token+"@"+ln.Addr().String()+"/monitoring/")
+	if o.Events > 0 {
+		go progress(ctx, NewClient(base, token), o.Out, 3*time.Second)
+	}
+	select {
+	case <-ctx.Done():
+		return stop()
+	case e := <-exits: // one process ended early: stop the other
+		return stop(e)
+	}
+}
+
+// progress prints the demo subscribers' counts every interval while they
+// change, so the terminal tells the same story as the UI.
+func progress(ctx context.Context, c *Client, out io.Writer, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		line := ""
+		for _, id := range []string{"demo-fast", "demo-limited", "demo-down"} {
+			st, err := c.Status(ctx, id)
+			if err != nil {
+				break
+			}
+			line += fmt.Sprintf("  %s: %d delivered, %d retrying, %d dead", id, st.Counts.Delivered, st.Counts.Retrying, st.Counts.Dead)
+			if st.CoolingUntil != nil {
+				line += fmt.Sprintf(" (429: cooling %ds)", int(time.Until(*st.CoolingUntil).Seconds()+0.5))
+			}
+		}
+		if line != "" && line != last {
+			fmt.Fprintf(out, "%s%s\n", time.Now().Format("15:04:05"), line)
+			last = line
+		}
+	}
+}

@@ -1,0 +1,52 @@
+package web_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/hooklane/hooklane/web"
+)
+
+// What `make run` promises a newcomer: within a minute the fast subscriber
+// has its events, the limited one is throttled with Retry-After and
+// retrying, and the down one's events are dead letters.
+func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := map[string]string{"REDIS_URL": redisURL, "PORT": "0", "HOOKLANE_NAMESPACE": "devdemo"}
+	var out lockedBuffer
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- web.Dev(ctx, web.DevOptions{Getenv: func(k string) string { return env[k] }, Out: &out,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: 20})
+	}()
+	banner := regexp.MustCompile(`asynqmon UI\s+(http://127\.0\.0\.1:\d+)/monitoring/\s+\(user: anything, password: (\S+)\)`)
+	var m []string
+	eventually(t, 30*time.Second, "the banner", func() bool {
+		m = banner.FindStringSubmatch(out.String())
+		return m != nil
+	})
+	c := web.NewClient(m[1], m[2])
+
+	eventually(t, 60*time.Second, "fast deliveries, 429s and dead letters", func() bool {
+		fast, err1 := c.Status(ctx, "demo-fast")
+		limited, err2 := c.Status(ctx, "demo-limited")
+		dead, err3 := c.DeadLetters(ctx, "demo-down", 0)
+		return err1 == nil && err2 == nil && err3 == nil && fast.Counts.Delivered == 20 &&
+			limited.Counts.Delivered >= 2 && limited.Counts.Deferred >= 1 && len(dead) >= 1
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Dev: %v", err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("Dev did not stop")
+	}
+}

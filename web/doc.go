@@ -1,0 +1,9 @@
+// Package web is hooklane's HTTP process: the JSON API under /v1/ (over
+// package producer, which makes every write), the upstream asynqmon UI under
+// /monitoring/, Prometheus metrics under /metrics, and /healthz, /readyz.
+//
+// Every /v1/ and /monitoring/ request carries Config.Token, as a bearer
+// token or as the password of HTTP basic auth so that a browser can open the
+// UI. The package also holds the API's Go client, the operator CLI built on
+// it, and Dev, the one-process demo that `make run` starts.
+package web

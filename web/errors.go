@@ -1,0 +1,138 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// APIError is the body of every error answer: {"error": {...}}.
+type APIError struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *APIError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s (%d): %s: %s", e.Code, e.Status, e.Field, e.Message)
+	}
+	return fmt.Sprintf("%s (%d): %s", e.Code, e.Status, e.Message)
+}
+
+func apiErr(status int, code, field, format string, args ...any) *APIError {
+	return &APIError{Status: status, Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// toAPIError maps the producer's typed errors to statuses.
+func toAPIError(err error) *APIError {
+	var ae *APIError
+	var fe *tasks.FieldError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &fe):
+		return apiErr(http.StatusUnprocessableEntity, "invalid", apiField(fe.Field), "%s", fe.Msg)
+	case errors.Is(err, producer.ErrInvalid):
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "", "%v", err)
+	case errors.Is(err, producer.ErrUnknownSubscriber):
+		return apiErr(http.StatusNotFound, "unknown_subscriber", "", "%v", err)
+	case errors.Is(err, producer.ErrUnknownDeadLetter):
+		return apiErr(http.StatusNotFound, "unknown_dead_letter", "", "%v", err)
+	case errors.Is(err, producer.ErrPayloadTooLarge):
+		return apiErr(http.StatusRequestEntityTooLarge, "payload_too_large", "data", "%v", err)
+	case errors.Is(err, producer.ErrTooManySecrets):
+		return apiErr(http.StatusConflict, "too_many_secrets", "secrets", "%v", err)
+	case errors.Is(err, producer.ErrRedisUnavailable), errors.Is(err, redis.ErrClosed), errors.As(err, &netErr),
+		errors.Is(err, io.EOF):
+		return apiErr(http.StatusServiceUnavailable, "redis_unavailable", "", "%v", err)
+	}
+	return apiErr(http.StatusInternalServerError, "internal", "", "internal error")
+}
+
+// apiField names a tasks field as the API's JSON does.
+func apiField(f string) string {
+	switch {
+	case f == "subscriber_id":
+		return "id"
+	case f == "limit" || strings.HasPrefix(f, "limit."):
+		return "rate_" + f
+	}
+	return f
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away: nothing to do
+}
+
+// writeError answers with err as an APIError; extra fields (such as the
+// targets of a partly failed publish) go beside "error".
+func writeError(w http.ResponseWriter, log *slog.Logger, err error, extra map[string]any) {
+	ae := toAPIError(err)
+	if ae.Status >= 500 {
+		log.Error("request failed", "status", ae.Status, "err", err)
+	}
+	if ae.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
+	body := map[string]any{"error": ae}
+	for k, v := range extra {
+		body[k] = v
+	}
+	writeJSON(w, ae.Status, body)
+}
+
+// decode reads one JSON object of at most max bytes into dst, refusing
+// unknown fields and trailing data, so that a typo is an error instead of
+// a silently ignored setting.
+func decode(w http.ResponseWriter, r *http.Request, max int64, dst any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	var tooBig *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	var synErr *json.SyntaxError
+	switch {
+	case errors.As(err, &tooBig):
+		return apiErr(http.StatusRequestEntityTooLarge, "body_too_large", "", "request body over %d bytes", tooBig.Limit)
+	case errors.As(err, &typeErr):
+		return apiErr(http.StatusBadRequest, "bad_json", typeErr.Field, "want %s, got JSON %s", typeErr.Type, typeErr.Value)
+	case errors.As(err, &synErr), errors.Is(err, io.ErrUnexpectedEOF):
+		return apiErr(http.StatusBadRequest, "bad_json", "", "malformed JSON: %v", err)
+	case errors.Is(err, io.EOF):
+		return apiErr(http.StatusBadRequest, "bad_json", "", "empty body: want a JSON object")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return apiErr(http.StatusBadRequest, "unknown_field", name, "unknown field %q", name)
+	}
+	var fe *tasks.FieldError
+	if errors.As(err, &fe) {
+		return apiErr(http.StatusUnprocessableEntity, "invalid", apiField(fe.Field), "%s", fe.Msg)
+	}
+	return apiErr(http.StatusBadRequest, "bad_json", "", "%v", err)
+}

@@ -1,0 +1,150 @@
+package web
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// EventRequest is the body of POST /v1/events. Each subscriber receives
+// {"id","type","timestamp","data"}, exactly as from producer.Publish.
+type EventRequest struct {
+	ID        string          `json:"id"`
+	Type      string          `json:"type"`
+	Data      json.RawMessage `json:"data"`
+	Timestamp *time.Time      `json:"timestamp,omitempty"`  // default: now, whole seconds
+	NotBefore *time.Time      `json:"not_before,omitempty"` // no request before this time
+	// SubscriberID sends to this subscriber alone, whatever its event filter.
+	SubscriberID string `json:"subscriber_id,omitempty"`
+}
+
+func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
+	var req EventRequest
+	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	ev := tasks.Event{ID: req.ID, Type: req.Type, Data: req.Data}
+	if req.Timestamp != nil {
+		ev.Timestamp = req.Timestamp.UTC()
+	}
+	var opts *producer.PublishOpts
+	if req.NotBefore != nil {
+		opts = &producer.PublishOpts{NotBefore: *req.NotBefore}
+	}
+	var res *producer.PublishResult
+	var err error
+	if req.SubscriberID != "" {
+		if verr := tasks.ValidateSubscriberID(req.SubscriberID); verr != nil {
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "subscriber_id", "want 1-64 characters of A-Z a-z 0-9 . _ -")
+		}
+		res, err = s.p.SendTo(r.Context(), req.SubscriberID, ev, opts)
+	} else {
+		res, err = s.p.Publish(r.Context(), ev, opts)
+	}
+	if err != nil {
+		if res != nil { // some targets failed: say what happened to each
+			writeError(w, s.cfg.Logger, err, map[string]any{"event_id": res.EventID, "targets": res.Targets})
+			return nil
+		}
+		return err
+	}
+	// 202 when something new was queued; a repeat of an earlier publish
+	// (all duplicates) changes nothing and is a plain 200.
+	status := http.StatusOK
+	for _, t := range res.Targets {
+		if t.Outcome == producer.Enqueued {
+			status = http.StatusAccepted
+		}
+	}
+	if res.Targets == nil {
+		res.Targets = []producer.Target{}
+	}
+	writeJSON(w, status, res)
+	return nil
+}
+
+func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
+	q := producer.DeadLetterQuery{Subscriber: r.URL.Query().Get("subscriber")}
+	if q.Subscriber != "" {
+		if err := tasks.ValidateSubscriberID(q.Subscriber); err != nil {
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "subscriber", "not a subscriber id")
+		}
+	}
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10_000 {
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want 1-10000")
+		}
+		q.Limit = n
+	}
+	for name, dst := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {
+		if v := r.URL.Query().Get(name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return apiErr(http.StatusUnprocessableEntity, "invalid", name, "want an RFC 3339 time")
+			}
+			*dst = t
+		}
+	}
+	q.IncludeReplayed = r.URL.Query().Get("include_replayed") == "true"
+	dl, err := s.p.DeadLetters(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	if dl == nil {
+		dl = []tasks.DeadLetter{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": dl})
+	return nil
+}
+
+// ReplayRequest is the body of POST /v1/dead-letters/replay: the dead
+// letters of one subscriber, or those with the given task ids, or (All)
+// every one.
+type ReplayRequest struct {
+	Subscriber string   `json:"subscriber,omitempty"`
+	IDs        []string `json:"ids,omitempty"`
+	All        bool     `json:"all,omitempty"`
+}
+
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
+	var req ReplayRequest
+	if err := decode(w, r, 1<<20, &req); err != nil {
+		return err
+	}
+	if req.Subscriber == "" && len(req.IDs) == 0 && !req.All {
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "subscriber",
+			`name a subscriber, ids, or "all": true to replay every dead letter`)
+	}
+	if req.Subscriber != "" && tasks.ValidateSubscriberID(req.Subscriber) != nil {
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "subscriber", "not a subscriber id")
+	}
+	if len(req.IDs) > 10_000 {
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "ids", "at most 10000 per call")
+	}
+	out, err := s.p.Replay(r.Context(), producer.DeadLetterQuery{Subscriber: req.Subscriber, IDs: req.IDs})
+	if out == nil {
+		out = []producer.ReplayOutcome{}
+	}
+	if errors.Is(err, producer.ErrRedisUnavailable) {
+		writeError(w, s.cfg.Logger, err, map[string]any{"outcomes": out})
+		return nil
+	}
+	// Entries that could not be replayed (subscriber deleted, payload
+	// unreadable) are listed as failed with their reason; the rest went.
+	writeJSON(w, http.StatusOK, map[string]any{"outcomes": out})
+	return nil
+}
+
+func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) error {
+	if err := s.p.DeleteDeadLetter(r.Context(), r.PathValue("task_id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,227 @@
+package web_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/web"
+	"github.com/hooklane/hooklane/worker"
+)
+
+var redisURL, redisAddr string
+
+func TestMain(m *testing.M) {
+	r, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	redisURL, redisAddr = r.URL, r.Addr
+	code := m.Run()
+	r.Stop()
+	os.Exit(code)
+}
+
+const token = "test-token-0123456789abcdef"
+
+var nsSeq atomic.Int64
+
+// bundle is one test's web server (over real HTTP on 127.0.0.1), its
+// namespace, and when asked a worker delivering in that namespace.
+type bundle struct {
+	ns   string
+	srv  *httptest.Server
+	rdb  *redis.Client
+	p    *producer.Producer
+	insp *asynq.Inspector
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// setup starts a web server; with a non-nil wcfg also a worker.
+func setup(t *testing.T, wcfg *worker.Config) *bundle {
+	t.Helper()
+	t.Parallel()
+	ns := fmt.Sprintf("web%d", nsSeq.Add(1))
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisURL: redisURL, Namespace: ns, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{ns: ns, srv: httptest.NewServer(s.Handler())}
+	b.rdb = redis.NewClient(&redis.Options{Addr: redisAddr})
+	b.p, _ = producer.New(&producer.Config{Redis: b.rdb, Namespace: ns})
+	b.insp = asynq.NewInspectorFromRedisClient(b.rdb)
+	t.Cleanup(func() { b.srv.Close(); s.Close(); b.rdb.Close() })
+	if wcfg != nil {
+		cfg := *wcfg
+		cfg.Redis, cfg.Namespace, cfg.Logger = b.rdb, ns, quiet
+		cfg.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} // the sinks
+		w, err := worker.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		// Registered after the server's cleanup, so it runs first.
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	return b
+}
+
+// fastRetries is a worker that retries counted failures within ~100ms.
+var fastRetries = &worker.Config{BackoffBase: 20 * time.Millisecond, BackoffMax: 50 * time.Millisecond}
+
+// response is an API answer.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("answer %d is not a JSON object: %s", r.status, r.body)
+	}
+	return m
+}
+
+// errorOf returns the code and field of an error answer.
+func (r response) errorOf(t *testing.T) (code, field string) {
+	t.Helper()
+	e, ok := r.json(t)["error"].(map[string]any)
+	if !ok {
+		t.Fatalf("answer %d has no error object: %s", r.status, r.body)
+	}
+	code, _ = e["code"].(string)
+	field, _ = e["field"].(string)
+	if msg, _ := e["message"].(string); msg == "" {
+		t.Fatalf("error without a message: %s", r.body)
+	}
+	return code, field
+}
+
+// call makes a request with the bearer token; body may be a string (sent
+// as is), nil, or a value sent as JSON.
+func (b *bundle) call(t *testing.T, method, path string, body any) response {
+	t.Helper()
+	return b.callAuth(t, method, path, body, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token) })
+}
+
+func (b *bundle) callAuth(t *testing.T, method, path string, body any, auth func(*http.Request)) response {
+	t.Helper()
+	var rd io.Reader
+	switch v := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(v)
+	default:
+		j, _ := json.Marshal(v)
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, b.srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != nil {
+		auth(req)
+	}
+	resp, err := b.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: out}
+}
+
+// arrival is one request a sink received.
+type arrival struct {
+	header http.Header
+	body   []byte
+}
+
+// sink is a receiver on 127.0.0.1 that records requests and answers with
+// respond (200 when nil).
+type sink struct {
+	*httptest.Server
+	mu       sync.Mutex
+	arrivals []arrival
+}
+
+func newSink(t *testing.T, respond func(w http.ResponseWriter, n int)) *sink {
+	s := &sink{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		n := len(s.arrivals)
+		s.arrivals = append(s.arrivals, arrival{header: r.Header.Clone(), body: body})
+		s.mu.Unlock()
+		if respond != nil {
+			respond(w, n)
+		}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *sink) got() []arrival {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]arrival(nil), s.arrivals...)
+}
+
+// eventually polls cond every 20ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func newServer(t *testing.T, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// lockedBuffer is written by a goroutine under test while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *lockedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *lockedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,141 @@
+package web_test
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// scrape returns /metrics parsed by family name.
+func scrape(t *testing.T, b *bundle) map[string]*dto.MetricFamily {
+	t.Helper()
+	r := b.call(t, "GET", "/metrics", nil)
+	if r.status != 200 {
+		t.Fatalf("/metrics: %d %s", r.status, r.body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(r.body)))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return fams
+}
+
+// value finds the sample of family name whose labels include want; ok is
+// false when there is none.
+func value(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, *dto.Metric, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, nil, false
+	}
+next:
+	for _, m := range f.Metric {
+		got := map[string]string{}
+		for _, l := range m.Label {
+			got[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if got[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), m, true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), m, true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), m, true
+		}
+	}
+	return 0, nil, false
+}
+
+func TestMetricsAfterDeliveries(t *testing.T) {
+	b := setup(t, fastRetries)
+	fast := newSink(t, nil)
+	var throttled atomic.Int64
+	angry := newSink(t, func(w http.ResponseWriter, n int) {
+		if n == 0 {
+			throttled.Add(1)
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	down := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusBadGateway) })
+	b.call(t, "PUT", "/v1/subscribers/fast", map[string]any{"url": fast.URL, "event_types": []string{"a"}})
+	b.call(t, "PUT", "/v1/subscribers/angry", map[string]any{"url": angry.URL, "event_types": []string{"b"}})
+	b.call(t, "PUT", "/v1/subscribers/down", map[string]any{"url": down.URL, "event_types": []string{"c"}, "max_attempts": 1})
+	for _, ev := range []string{`{"id":"1","type":"a","data":1}`, `{"id":"2","type":"a","data":1}`,
+		`{"id":"3","type":"b","data":1}`, `{"id":"4","type":"c","data":1}`} {
+		if r := b.call(t, "POST", "/v1/events", ev); r.status != 202 {
+			t.Fatalf("publish: %d %s", r.status, r.body)
+		}
+	}
+	nb := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
+	b.call(t, "POST", "/v1/events", `{"id":"5","type":"a","data":1,"not_before":"`+nb+`"}`)
+
+	eventually(t, 20*time.Second, "every outcome counted", func() bool {
+		fams := scrape(t, b)
+		d, _, _ := value(fams, "hooklane_deliveries_total", map[string]string{"subscriber": "fast", "outcome": "delivered"})
+		a, _, _ := value(fams, "hooklane_deliveries_total", map[string]string{"subscriber": "angry", "outcome": "delivered"})
+		x, _, _ := value(fams, "hooklane_dead_letters_total", map[string]string{"subscriber": "down", "reason": "attempts"})
+		return d == 3 && a == 1 && x == 1
+	})
+	fams := scrape(t, b)
+	checks := []struct {
+		name   string
+		labels map[string]string
+		min    float64
+	}{
+		{"hooklane_redis_up", nil, 1},
+		{"hooklane_throttled_total", map[string]string{"subscriber": "angry"}, 1},
+		{"hooklane_responses_total", map[string]string{"subscriber": "angry", "code": "429"}, 1},
+		{"hooklane_responses_total", map[string]string{"subscriber": "down", "code": "502"}, 1},
+		{"hooklane_deferrals_total", map[string]string{"subscriber": "angry", "gate": "retry_after"}, 1},
+		{"hooklane_deliveries_total", map[string]string{"subscriber": "angry", "outcome": "deferred"}, 1},
+		{"hooklane_deliveries_total", map[string]string{"subscriber": "down", "outcome": "dead"}, 1},
+		{"hooklane_dead_letters_total", map[string]string{"subscriber": "down", "reason": "attempts"}, 1},
+		{"hooklane_delivery_latency_seconds", map[string]string{"subscriber": "fast"}, 3},
+		{"hooklane_delivery_lateness_seconds", map[string]string{"subscriber": "fast"}, 3},
+		{"hooklane_in_flight", map[string]string{"subscriber": "fast"}, 0},
+		{"hooklane_subscriber_paused", map[string]string{"subscriber": "fast"}, 0},
+		{"hooklane_cooldown_remaining_seconds", map[string]string{"subscriber": "angry"}, 0},
+		{"hooklane_oldest_eligible_task_age_seconds", map[string]string{"queue": b.ns}, 0},
+		{"hooklane_retry_wait_tasks", map[string]string{"queue": b.ns}, 0},
+		{"hooklane_scheduled_tasks", map[string]string{"queue": b.ns}, 0},
+		{"asynq_queue_size", map[string]string{"queue": b.ns}, 0},
+		{"asynq_tasks_enqueued_total", map[string]string{"queue": b.ns, "state": "archived"}, 1},
+		{"asynq_queue_latency_seconds", map[string]string{"queue": b.ns}, 0},
+	}
+	for _, c := range checks {
+		v, _, ok := value(fams, c.name, c.labels)
+		if !ok || v < c.min {
+			t.Errorf("%s%v = %v (present %v), want at least %v", c.name, c.labels, v, ok, c.min)
+		}
+	}
+	// The histogram's buckets are cumulative and end with all samples.
+	_, m, _ := value(fams, "hooklane_delivery_latency_seconds", map[string]string{"subscriber": "fast"})
+	h := m.GetHistogram()
+	var prev uint64
+	for _, bk := range h.Bucket {
+		if bk.GetCumulativeCount() < prev {
+			t.Fatalf("buckets not cumulative: %v", h.Bucket)
+		}
+		prev = bk.GetCumulativeCount()
+	}
+	if len(h.Bucket) < 10 || prev > h.GetSampleCount() || h.GetSampleSum() <= 0 {
+		t.Fatalf("latency histogram %v", h)
+	}
+	// The event with a not-before second was late by under a second and a bit.
+	_, m, _ = value(fams, "hooklane_delivery_lateness_seconds", map[string]string{"subscriber": "fast"})
+	if s := m.GetHistogram().GetSampleSum(); s > 10 {
+		t.Fatalf("lateness sum %vs for 3 deliveries", s)
+	}
+}

@@ -1,0 +1,145 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/hibiken/asynqmon"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
+)
+
+// Server is hooklane's HTTP process.
+type Server struct {
+	cfg     Config
+	rdb     *redis.Client
+	p       *producer.Producer
+	gates   *limits.Gates // read only: every write goes through p
+	insp    *asynq.Inspector
+	mon     *asynqmon.HTTPHandler
+	handler http.Handler
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New builds a Server. It does not contact Redis until a request needs it,
+// so that the process starts (and answers /healthz) while Redis is down.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("web: REDIS_URL: %w", err)
+	}
+	// An API client waiting on a dead Redis wants its 503 now, not after
+	// go-redis's default 5 dials times 3 retries.
+	opt.DialerRetries, opt.MaxRetries = 1, 1
+	s := &Server{cfg: cfg, rdb: redis.NewClient(opt)}
+	s.p, err = producer.New(&producer.Config{Redis: s.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger})
+	if err != nil {
+		s.rdb.Close()
+		return nil, err
+	}
+	s.gates = limits.NewGates(s.rdb, cfg.Namespace)
+	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
+	s.mon = newMonitor("/monitoring", asynqConnOpt(opt))
+	s.handler = s.routes()
+	return s, nil
+}
+
+// asynqConnOpt is the same connection for asynqmon, which wants an
+// asynq.RedisConnOpt rather than a client.
+func asynqConnOpt(o *redis.Options) asynq.RedisClientOpt {
+	return asynq.RedisClientOpt{
+		Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB,
+		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
+		PoolSize: o.PoolSize, TLSConfig: o.TLSConfig,
+	}
+}
+
+// Handler serves every route.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", guard(s.cfg.MetricsToken, "Bearer", s.metricsHandler()))
+	mux.Handle("/v1/", guard(s.cfg.Token, "Bearer", s.api()))
+	// Basic, so that a browser asks for the token as a password.
+	mux.Handle("/monitoring/", guard(s.cfg.Token, "Basic", s.mon))
+	mux.Handle("/monitoring", guard(s.cfg.Token, "Basic", http.RedirectHandler("/monitoring/", http.StatusFound)))
+	mux.Handle("GET /{$}", http.RedirectHandler("/monitoring/", http.StatusFound))
+	return mux
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		writeError(w, s.cfg.Logger, fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err), nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// Run listens on Config.Addr and serves until ctx is done (SIGTERM).
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx is done, then lets requests in progress
+// finish for up to ShutdownTimeout, and closes the Server.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	defer s.Close()
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	s.cfg.Logger.Info("web listening", "addr", ln.Addr().String(), "namespace", s.cfg.Namespace, "auth", s.cfg.Token != "")
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	s.cfg.Logger.Info("web stopping", "shutdown_timeout", s.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// Close releases the Redis connections; calling it again does nothing.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		// The inspector and producer share rdb and are not closed apart.
+		s.closeErr = errors.Join(s.mon.Close(), s.rdb.Close())
+	})
+	return s.closeErr
+}

@@ -1,0 +1,299 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+	"github.com/hooklane/hooklane/worker"
+)
+
+// RateLimit is a limit as the API writes it: period as a Go duration.
+type RateLimit struct {
+	Rate   int    `json:"rate"`
+	Burst  int    `json:"burst"`
+	Period string `json:"period"`
+}
+
+// SubscriberRequest is the body of PUT /v1/subscribers/{id}. A PUT replaces
+// the whole subscriber, paused flag included, except that with no secrets a
+// replaced subscriber keeps its own (a new one gets a generated secret,
+// shown in the answer once).
+type SubscriberRequest struct {
+	ID           string     `json:"id,omitempty"` // optional; must match the path
+	URL          string     `json:"url"`
+	EventTypes   []string   `json:"event_types,omitempty"`
+	RateLimit    *RateLimit `json:"rate_limit,omitempty"`
+	MaxInFlight  int        `json:"max_in_flight,omitempty"`
+	Secrets      []string   `json:"secrets,omitempty"`
+	Paused       bool       `json:"paused,omitempty"`
+	MaxAttempts  int        `json:"max_attempts,omitempty"`
+	RetryHorizon string     `json:"retry_horizon,omitempty"`
+}
+
+// Subscriber is a subscriber as the API shows it. Secrets appear only in
+// the answer that generated them.
+type Subscriber struct {
+	ID            string      `json:"id"`
+	URL           string      `json:"url"`
+	EventTypes    []string    `json:"event_types"`
+	RateLimit     RateLimit   `json:"rate_limit"`
+	MaxInFlight   int         `json:"max_in_flight"`
+	Paused        bool        `json:"paused"`
+	MaxAttempts   int         `json:"max_attempts,omitempty"`
+	RetryHorizon  string      `json:"retry_horizon,omitempty"`
+	RetiringUntil []time.Time `json:"retiring_secrets_until,omitempty"`
+	Secrets       []string    `json:"secrets,omitempty"`
+}
+
+func view(s tasks.Subscriber) Subscriber {
+	v := Subscriber{
+		ID: s.ID, URL: s.URL, EventTypes: s.EventTypes, MaxInFlight: s.MaxInFlight,
+		RateLimit: RateLimit{s.Limit.Rate, s.Limit.Burst, s.Limit.Period.String()},
+		Paused:    s.Paused, MaxAttempts: s.MaxAttempts,
+	}
+	if v.EventTypes == nil {
+		v.EventTypes = []string{} // all types: [] reads better than null
+	}
+	if s.RetryHorizon != 0 {
+		v.RetryHorizon = time.Duration(s.RetryHorizon).String()
+	}
+	now := time.Now()
+	for _, r := range s.Retiring {
+		if now.Before(r.Until) {
+			v.RetiringUntil = append(v.RetiringUntil, r.Until)
+		}
+	}
+	return v
+}
+
+func (r *SubscriberRequest) toTask(id string) (tasks.Subscriber, error) {
+	if r.ID != "" && r.ID != id {
+		return tasks.Subscriber{}, apiErr(http.StatusUnprocessableEntity, "invalid", "id", "body id %q differs from the path's %q", r.ID, id)
+	}
+	s := tasks.Subscriber{
+		ID: id, URL: r.URL, EventTypes: r.EventTypes, MaxInFlight: r.MaxInFlight, Secrets: r.Secrets,
+		Paused: r.Paused, MaxAttempts: r.MaxAttempts,
+	}
+	if r.MaxInFlight < 0 {
+		return s, apiErr(http.StatusUnprocessableEntity, "invalid", "max_in_flight", "want 1-10000")
+	}
+	if r.RateLimit != nil {
+		p, err := time.ParseDuration(r.RateLimit.Period)
+		if err != nil {
+			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "rate_limit.period", "want a duration such as 1s or 1m")
+		}
+		s.Limit = limits.Limit{Rate: r.RateLimit.Rate, Burst: r.RateLimit.Burst, Period: p}
+		if s.Limit.IsZero() {
+			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "rate_limit", "all zero; leave rate_limit out for the default")
+		}
+	}
+	if r.RetryHorizon != "" {
+		d, err := time.ParseDuration(r.RetryHorizon)
+		if err != nil {
+			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want a duration such as 90m or 24h")
+		}
+		if d <= 0 {
+			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want a positive duration up to 720h")
+		}
+		s.RetryHorizon = tasks.Duration(d)
+	}
+	return s, nil
+}
+
+func (s *Server) putSubscriber(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := tasks.ValidateSubscriberID(id); err != nil {
+		return err
+	}
+	var req SubscriberRequest
+	if err := decode(w, r, 64<<10, &req); err != nil {
+		return err
+	}
+	sub, err := req.toTask(id)
+	if err != nil {
+		return err
+	}
+	stored, created, err := s.p.UpsertSubscriber(r.Context(), sub)
+	if err != nil {
+		return err
+	}
+	v := view(stored)
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		if len(req.Secrets) == 0 {
+			v.Secrets = stored.Secrets // generated: shown this once
+		}
+	}
+	writeJSON(w, status, v)
+	return nil
+}
+
+func (s *Server) getSubscriber(w http.ResponseWriter, r *http.Request) error {
+	sub, err := s.p.GetSubscriber(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, view(sub))
+	return nil
+}
+
+func (s *Server) listSubscribers(w http.ResponseWriter, r *http.Request) error {
+	subs, err := s.p.ListSubscribers(r.Context())
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(subs, func(a, b tasks.Subscriber) int { return strings.Compare(a.ID, b.ID) })
+	out := make([]Subscriber, len(subs))
+	for i, sub := range subs {
+		out[i] = view(sub)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"subscribers": out})
+	return nil
+}
+
+func (s *Server) deleteSubscriber(w http.ResponseWriter, r *http.Request) error {
+	if err := s.p.DeleteSubscriber(r.Context(), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) setPaused(paused bool) apiHandler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id := r.PathValue("id")
+		if err := s.p.SetPaused(r.Context(), id, paused); err != nil {
+			return err
+		}
+		return s.getSubscriber(w, r)
+	}
+}
+
+// RotateRequest is the optional body of POST /v1/subscribers/{id}/secrets/rotate.
+type RotateRequest struct {
+	// Grace is how long the old secrets keep signing beside the new one.
+	// Default 24h; "0s" stops them at once (a leaked secret).
+	Grace string `json:"grace,omitempty"`
+}
+
+// DefaultGrace is how long a rotated-out secret keeps signing.
+const DefaultGrace = 24 * time.Hour
+
+func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
+	var req RotateRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, 4<<10, &req); err != nil {
+			return err
+		}
+	}
+	grace := DefaultGrace
+	if req.Grace != "" {
+		d, err := time.ParseDuration(req.Grace)
+		if err != nil {
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "grace", "want a duration such as 24h or 0s")
+		}
+		grace = d
+	}
+	sub, secret, err := s.p.RotateSecret(r.Context(), r.PathValue("id"), grace)
+	if err != nil {
+		return err
+	}
+	v := view(sub)
+	v.Secrets = []string{secret} // shown this once
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// Status is the answer of GET /v1/subscribers/{id}/status.
+type Status struct {
+	SubscriberID string     `json:"subscriber_id"`
+	Paused       bool       `json:"paused"`
+	RateLimit    RateLimit  `json:"rate_limit"`
+	MaxInFlight  int        `json:"max_in_flight"`
+	CoolingUntil *time.Time `json:"cooling_until"` // null when not cooling down
+	InFlight     int64      `json:"in_flight"`
+	Counts       Counts     `json:"counts"`
+}
+
+// Counts: Retrying is live, from asynq's retry set; the rest are the
+// worker's all-time counters (worker.ReadStats).
+type Counts struct {
+	Delivered int64 `json:"delivered"`
+	Retrying  int64 `json:"retrying"`
+	Dead      int64 `json:"dead"`
+	Failed    int64 `json:"failed"`
+	Deferred  int64 `json:"deferred"`
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	sub, err := s.p.GetSubscriber(ctx, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	st := Status{SubscriberID: sub.ID, Paused: sub.Paused, MaxInFlight: sub.MaxInFlight,
+		RateLimit: view(sub).RateLimit}
+	fail := func(err error) error { return fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err) }
+	cool, err := s.rdb.Get(ctx, s.gates.CooldownKey(sub.ID)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fail(err)
+	}
+	if until := limits.ParseCooldown(cool); until.After(time.Now()) {
+		st.CoolingUntil = &until
+	}
+	if st.InFlight, err = s.gates.InFlight(ctx, sub.ID); err != nil {
+		return fail(err)
+	}
+	counts, err := worker.ReadStats(ctx, s.rdb, s.cfg.Namespace, sub.ID)
+	if err != nil {
+		return fail(err)
+	}
+	st.Counts = Counts{Delivered: counts["delivered"], Failed: counts["failed"]}
+	for k, v := range counts {
+		switch {
+		case strings.HasPrefix(k, "dead:"):
+			st.Counts.Dead += v
+		case strings.HasPrefix(k, "deferred:"):
+			st.Counts.Deferred += v
+		}
+	}
+	if st.Counts.Retrying, err = s.retrying(ctx, sub.ID); err != nil {
+		return fail(err)
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// retrying counts sub's tasks in asynq's retry set: counted failures
+// waiting for their backoff and deferrals waiting for a deadline. asynq
+// keeps task ids as the set's members, and hooklane's task id starts with
+// the subscriber id (tasks.TaskID), which holds no glob characters. The
+// scan is O(retry set); TestStatus pins the key name against asynq upgrades.
+func (s *Server) retrying(ctx context.Context, sub string) (int64, error) {
+	key := "asynq:{" + s.cfg.Namespace + "}:retry"
+	seen := map[string]bool{} // SCAN may return a member twice
+	var cursor uint64
+	for {
+		kv, next, err := s.rdb.ZScan(ctx, key, cursor, sub+":*", 1000).Result()
+		if err != nil {
+			return 0, err
+		}
+		for i := 0; i < len(kv); i += 2 { // member, score pairs
+			seen[kv[i]] = true
+		}
+		if cursor = next; cursor == 0 {
+			return int64(len(seen)), nil
+		}
+	}
+}
