@@ -2,6 +2,7 @@
 //
 //	hooklane worker   deliver queued events (config from the environment; see README)
 //	hooklane dev      like worker, but starts a local redis-server when REDIS_URL is unset
+//	hooklane bench    the load harness (deploy/loadtest); -h lists its flags
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/loadtest"
 	"github.com/hooklane/hooklane/worker"
 )
 
@@ -27,8 +29,15 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "bench" {
+		exe, err := os.Executable() // the workers it starts are this binary's `worker`
+		if err != nil {
+			return err
+		}
+		return loadtest.Command(ctx, args[1:], exe, os.Stdout, os.Stderr)
+	}
 	if len(args) != 1 || (args[0] != "worker" && args[0] != "dev") {
-		return fmt.Errorf("usage: hooklane worker|dev")
+		return fmt.Errorf("usage: hooklane worker|dev|bench")
 	}
 	cfg, err := worker.FromEnv()
 	if err != nil {
