@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -24,6 +26,7 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 		serveFloor = fs.Bool("serve-floor", false, "internal: serve the floor on -floor-queue until stopped")
 		floorQueue = fs.String("floor-queue", "", "internal: the floor's queue")
 		verbose    = fs.Bool("v", false, "log at debug level")
+		cpuProfile = fs.String("cpuprofile", "", "write this process's CPU profile here (with -in-process it covers the worker too)")
 	)
 	fs.StringVar(&c.Out, "out", ".hooklane/bench", "folder for report.json, summary.txt, charts and worker logs")
 	fs.Float64Var(&c.Scale, "scale", 1, "multiply event counts and the spike ladder's rates")
@@ -58,6 +61,17 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 	}
 	if !*inProcess {
 		c.Exec = exe
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := Run(ctx, c, stdout)
 	if rep != nil {

@@ -70,6 +70,11 @@ func (e *env) startWorker(ctx context.Context, ns string) (*proc, error) {
 	add("HOOKLANE_BACKOFF_MAX", wc.BackoffMax, wc.BackoffMax == 0)
 	add("HOOKLANE_PAUSE_RECHECK", wc.PauseRecheck, wc.PauseRecheck == 0)
 	add("HOOKLANE_SHUTDOWN_TIMEOUT", wc.ShutdownTimeout, wc.ShutdownTimeout == 0)
+	cidrs := make([]string, len(wc.AllowedCIDRs))
+	for i, p := range wc.AllowedCIDRs {
+		cidrs[i] = p.String()
+	}
+	add("HOOKLANE_ALLOWED_CIDRS", strings.Join(cidrs, ","), len(cidrs) == 0)
 	return e.exec("worker-"+ns, env, "worker")
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -57,6 +58,7 @@ type Config struct {
 	Namespace string
 	// Worker is the started workers' configuration (Redis and Namespace
 	// are set per scenario); its Concurrency is the floor's too.
+	// AllowedCIDRs defaults to 127.0.0.0/8, where the receiver is.
 	Worker worker.Config
 	// Slack is the gap allowed between a limiter's decision and the
 	// request's arrival when checking burst + rate·t. Default 20ms.
@@ -93,6 +95,11 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Worker.Logger == nil {
 		c.Worker.Logger = c.Logger.With("component", "worker")
+	}
+	if c.Worker.AllowedCIDRs == nil {
+		// The receiver is on 127.0.0.1, which the SSRF guard refuses unless
+		// allowed; nothing else is.
+		c.Worker.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	}
 	c.Worker = c.Worker.WithDefaults()
 	return c

@@ -87,13 +87,14 @@ func (r *ScenarioReport) summary(w io.Writer) {
 		for _, p := range []struct {
 			name string
 			r    PathResult
-		}{{"floor (plain asynq + POST)", t.Floor}, {"hooklane", t.Hooklane}} {
+		}{{"floor (plain asynq + POST), median round", t.Floor}, {"hooklane, median round", t.Hooklane}} {
 			fmt.Fprintf(w, "   %s: %.0f deliveries/s; per delivery: Redis %.1f commands, %.2f round trips, %.0f µs CPU; server CPU %s; receiver CPU %.0f µs; peak RSS %s\n",
 				p.name, p.r.PerSec, p.r.Redis.CommandsPerDelivery, p.r.Redis.RoundTripsPerDelivery, p.r.Redis.CPUUsecPerDelivery,
 				cpuText(p.r.ServerCPU), p.r.HarnessCPU, rssText(p.r.PeakRSSMiB))
 			fmt.Fprintf(w, "     top Redis commands: %s\n", topText(p.r.Redis.Top))
 		}
-		fmt.Fprintf(w, "   ratio hooklane ÷ floor: %.2f (target ≥ %.2f)\n", t.Ratio, t.Target)
+		fmt.Fprintf(w, "   rounds (deliveries/s): floor %s; hooklane %s\n", roundsText(t.FloorRounds), roundsText(t.HooklaneRounds))
+		fmt.Fprintf(w, "   ratio hooklane ÷ floor (medians): %.2f (target ≥ %.2f)\n", t.Ratio, t.Target)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "   note: %s\n", n)
@@ -110,6 +111,14 @@ func steadyText(r float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", r)
+}
+
+func roundsText(rs []PathResult) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%.0f", r.PerSec)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func orDash(v float64) string {
