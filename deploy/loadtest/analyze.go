@@ -45,6 +45,30 @@ func worstWindow(at []time.Time, rate float64, burst int, slack time.Duration) W
 	return w
 }
 
+// withoutStalls drops the arrivals timestamped while this process stalled
+// or just after (within settle): they were bunched by the receiver, not by
+// the sender, and say nothing about the sender's pace. It returns the
+// rest and how many it dropped.
+func withoutStalls(at []time.Time, stalls []stall, settle time.Duration) ([]time.Time, int) {
+	if len(stalls) == 0 {
+		return at, 0
+	}
+	out := make([]time.Time, 0, len(at))
+	for _, t := range at {
+		hit := false
+		for _, s := range stalls {
+			if !t.Before(s.at.Add(-s.lag)) && t.Before(s.at.Add(settle)) {
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			out = append(out, t)
+		}
+	}
+	return out, len(at) - len(out)
+}
+
 // percentile of sorted durations, in milliseconds.
 func percentile(sorted []time.Duration, p float64) float64 {
 	if len(sorted) == 0 {

@@ -145,3 +145,31 @@ func TestCommandRejectsBadFlags(t *testing.T) {
 		t.Fatal("external workers without a Redis URL accepted")
 	}
 }
+
+func TestStallBunchingIsNotReadAsAViolation(t *testing.T) {
+	t.Parallel()
+	// 10/s burst 3, steady; then a stall of 500ms at 2.0s after which the
+	// receiver timestamps five queued requests at once.
+	var off []float64
+	for i := range 20 {
+		off = append(off, float64(i)*0.1)
+	}
+	for range 5 {
+		off = append(off, 2.0005)
+	}
+	at := times(off...)
+	st := []stall{{at: at[0].Add(2 * time.Second), lag: 500 * time.Millisecond}}
+	if w := worstWindow(at, 10, 3, 0); !w.Exceeded {
+		t.Fatalf("raw window %+v should look exceeded", w)
+	}
+	clean, dropped := withoutStalls(at, st, 200*time.Millisecond)
+	if w := worstWindow(clean, 10, 3, 0); w.Exceeded || dropped != 10 {
+		t.Fatalf("clean window %+v, dropped %d (want the 5 bunched and the 5 in the stall)", w, dropped)
+	}
+	// A real burst away from the stall still counts.
+	real := append(times(0, 0, 0, 0, 0), at[5:]...)
+	clean, _ = withoutStalls(real, st, 200*time.Millisecond)
+	if w := worstWindow(clean, 10, 3, 0); !w.Exceeded {
+		t.Fatalf("a real violation was hidden: %+v", w)
+	}
+}

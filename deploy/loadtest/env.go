@@ -27,6 +27,8 @@ type env struct {
 	recv  *Receiver
 	probe *lagProbe
 	log   *slog.Logger
+	// stalls of the harness process during the scenario being collected.
+	stalls []stall
 }
 
 // proc is a running worker or floor server, in this process or as a

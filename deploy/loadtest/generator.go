@@ -196,7 +196,19 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 type lagProbe struct {
 	mu      sync.Mutex
 	samples []time.Duration
+	stalls  []stall
 }
+
+// stall is a timer that fired lag late at at: the process did nothing for
+// lag before at, and requests that reached the receiver meanwhile were
+// timestamped at about at, bunched.
+type stall struct {
+	at  time.Time
+	lag time.Duration
+}
+
+// stallLag is the timer lateness recorded as a stall.
+const stallLag = 20 * time.Millisecond
 
 // run ticks every 10ms until ctx is done.
 func (p *lagProbe) run(ctx context.Context) {
@@ -209,8 +221,12 @@ func (p *lagProbe) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			lag := max(now.Sub(next), 0)
 			p.mu.Lock()
-			p.samples = append(p.samples, max(now.Sub(next), 0))
+			p.samples = append(p.samples, lag)
+			if lag >= stallLag {
+				p.stalls = append(p.stalls, stall{at: now, lag: lag})
+			}
 			p.mu.Unlock()
 			next = now.Add(tick)
 			t.Reset(tick)
@@ -218,15 +234,16 @@ func (p *lagProbe) run(ctx context.Context) {
 	}
 }
 
-// take returns the p99 and max lag since the last take, and resets.
-func (p *lagProbe) take() (p99, worst time.Duration) {
+// take returns the p99 and max lag and the stalls since the last take,
+// and resets.
+func (p *lagProbe) take() (p99, worst time.Duration, stalls []stall) {
 	p.mu.Lock()
-	s := p.samples
-	p.samples = nil
+	s, stalls := p.samples, p.stalls
+	p.samples, p.stalls = nil, nil
 	p.mu.Unlock()
 	if len(s) == 0 {
-		return 0, 0
+		return 0, 0, stalls
 	}
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)*99/100], s[len(s)-1]
+	return s[len(s)*99/100], s[len(s)-1], stalls
 }

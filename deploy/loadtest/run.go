@@ -253,8 +253,9 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 		return err
 	}
 	r.WorkerPeakRSSMiB = float64(rss) / (1 << 20)
-	p99, worst := e.probe.take()
+	p99, worst, stalls := e.probe.take()
 	r.ProbeP99Ms, r.ProbeMaxMs = ms(p99), ms(worst)
+	e.stalls = stalls
 	r.Queue = smp.get()
 	outs, err := e.collect(ctx, r, ns, subs, led, sc.start, end)
 	if err != nil {

@@ -119,8 +119,9 @@ func (e *env) runThroughput(ctx context.Context, r *ScenarioReport) error {
 		r.Notes = append(r.Notes, "queue did not settle")
 	}
 	end := time.Now()
-	p99, worst := e.probe.take()
+	p99, worst, stalls := e.probe.take()
 	r.ProbeP99Ms, r.ProbeMaxMs = ms(p99), ms(worst)
+	e.stalls = stalls
 	// No worker runs now, so collect sees the last counters; the
 	// pre-queued events' latency is queueing time, not delivery.
 	if _, err := e.collect(ctx, r, ns, subs, led, start, end); err != nil {
