@@ -73,10 +73,8 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 		}
 		defer pprof.StopCPUProfile()
 	}
+	c.Command = strings.TrimSpace("hooklane bench " + strings.Join(args, " "))
 	rep, err := Run(ctx, c, stdout)
-	if rep != nil {
-		rep.Command = "hooklane bench " + strings.Join(args, " ")
-	}
 	if err != nil {
 		return err
 	}

@@ -74,6 +74,8 @@ type Config struct {
 	Throughput *ThroughputSpec
 	// ViralExtras adds a flaky and a gone subscriber to the viral burst.
 	ViralExtras bool
+	// Command is recorded in the report: how to repeat the run.
+	Command string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -154,7 +156,7 @@ func Run(ctx context.Context, cfg Config, summary io.Writer) (*Report, error) {
 	defer stopProbe()
 	go e.probe.run(pctx)
 
-	rep := &Report{Started: time.Now().UTC(), Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()),
+	rep := &Report{Started: time.Now().UTC(), Command: cfg.Command, Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()),
 		Settings: map[string]string{"scale": strconv.FormatFloat(cfg.Scale, 'g', -1, 64), "hold": cfg.Hold.String(),
 			"concurrency": strconv.Itoa(cfg.Worker.Concurrency), "worker": workerMode(cfg), "slack": cfg.Slack.String()}}
 	for _, name := range cfg.Scenarios {
