@@ -81,7 +81,7 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 	if s := bySub["viral-flaky"]; s.Stats.Resets+s.Stats.Failed == 0 || s.Delivered == 0 {
 		t.Errorf("flaky endpoint: %d resets, %d 5xx, %d delivered", s.Stats.Resets, s.Stats.Failed, s.Delivered)
 	}
-	if s := bySub["viral-gone"]; s.Dead != s.Published || s.DeadReasons["gone"] != 1 {
+	if s := bySub["viral-gone"]; s.Dead != s.Published || s.DeadReasons["gone"] < 1 {
 		t.Errorf("gone endpoint: %d dead of %d, reasons %v", s.Dead, s.Published, s.DeadReasons)
 	}
 	if s := bySub["viral-crm"]; s.Delivered == 0 || s.Runs <= int64(s.Delivered) {
