@@ -3,10 +3,10 @@ SHELL := /bin/bash
 GO    ?= go
 SUDO  := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help run test lint bench fuzz redis-server chromium
+.PHONY: help run test lint bench bench-deferral fuzz redis-server chromium
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 run: redis-server ## the demo: local redis-server, worker, web UI/API and a demo receiver, in one process
 	$(GO) run . dev
@@ -21,7 +21,11 @@ lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 
-bench: redis-server ## deferral benchmark: 5,000 events to one subscriber at 100/s
+bench: redis-server ## load harness (deploy/BENCHMARKS.md), ~5 min; scale with BENCH_FLAGS='-scale 2 -hold 60s'
+	$(GO) build -o .hooklane/bin/hooklane .
+	.hooklane/bin/hooklane bench -out .hooklane/bench $(BENCH_FLAGS)
+
+bench-deferral: redis-server ## deferral benchmark: 5,000 events to one subscriber at 100/s
 	$(GO) test -run '^$$' -bench ThrottledBacklog -benchtime 1x ./worker/
 
 fuzz: ## fuzz Retry-After parsing for 30s

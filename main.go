@@ -3,6 +3,7 @@
 //	hooklane worker   deliver queued events (config from the environment; see README)
 //	hooklane web      the API, the asynqmon UI and /metrics on $PORT
 //	hooklane dev      local Redis, worker, web and a demo (what `make run` runs)
+//	hooklane bench    the load harness (deploy/loadtest); -h lists its flags
 //	hooklane publish|subscribers|dead-letters …   operator commands over the API
 package main
 
@@ -15,6 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/hooklane/hooklane/deploy/loadtest"
 	"github.com/hooklane/hooklane/web"
 	"github.com/hooklane/hooklane/worker"
 )
@@ -24,7 +26,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
 		if errors.Is(err, web.ErrUsage) {
-			err = fmt.Errorf("%w\nusage: hooklane worker|web|dev\n%s", err, web.CLIUsage)
+			err = fmt.Errorf("%w\nusage: hooklane worker|web|dev|bench\n%s", err, web.CLIUsage)
 		}
 		fmt.Fprintln(os.Stderr, "hooklane:", err)
 		os.Exit(1)
@@ -58,6 +60,12 @@ func run(ctx context.Context, args []string) error {
 		// it makes on purpose would be a warning.
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 		return web.Dev(ctx, web.DevOptions{Getenv: os.Getenv, Out: os.Stdout, Logger: log})
+	case len(args) > 0 && args[0] == "bench":
+		exe, err := os.Executable() // the workers it starts are this binary's `worker`
+		if err != nil {
+			return err
+		}
+		return loadtest.Command(ctx, args[1:], exe, os.Stdout, os.Stderr)
 	case len(args) > 0 && web.IsCLICommand(args[0]):
 		return web.CLI(ctx, args, os.Stdout, os.Getenv)
 	}

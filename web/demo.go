@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hooklane/hooklane/deploy"
 )
 
 // Receiver is the demo's webhook receiver on 127.0.0.1: /fast answers 200
@@ -19,6 +21,7 @@ import (
 type Receiver struct {
 	URL     string // http://127.0.0.1:port
 	DownURL string
+	down    *deploy.RefusingPort
 	Limit   int
 	// RetryAfter is what /limited asks for when over its limit, in seconds.
 	RetryAfter int
@@ -38,15 +41,13 @@ func StartReceiver(limit int) (*Receiver, error) {
 	if err != nil {
 		return nil, err
 	}
-	down, err := net.Listen("tcp", "127.0.0.1:0")
+	// Bound but never listening: connections are refused, like a service that is down.
+	down, err := deploy.NewRefusingPort()
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	// Closed at once: connections to it are refused, like a service that is down.
-	downAddr := down.Addr().String()
-	down.Close()
-	r := &Receiver{URL: "http://" + ln.Addr().String(), DownURL: "http://" + downAddr + "/hooks",
+	r := &Receiver{URL: "http://" + ln.Addr().String(), DownURL: "http://" + down.Addr + "/hooks", down: down,
 		Limit: limit, RetryAfter: 3, tokens: float64(limit), last: time.Now()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /fast", func(w http.ResponseWriter, _ *http.Request) { r.Fast.Add(1) })
@@ -78,7 +79,7 @@ func (r *Receiver) take() bool {
 }
 
 // Close stops the receiver.
-func (r *Receiver) Close() error { return r.srv.Close() }
+func (r *Receiver) Close() error { r.down.Close(); return r.srv.Close() }
 
 // DemoSubscribers are the demo's three subscribers: one fast, one that
 // enforces its own lower limit with 429 + Retry-After (hooklane is told it

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
@@ -92,10 +93,12 @@ func TestHostileReceivers(t *testing.T) {
 			return s.URL // its certificate is signed by no CA the worker trusts
 		}},
 		{"connection refused", "connection refused", func(t *testing.T) string {
-			l, _ := net.Listen("tcp", "127.0.0.1:0")
-			addr := l.Addr().String()
-			l.Close()
-			return "http://" + addr + "/hook"
+			p, err := deploy.NewRefusingPort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			return "http://" + p.Addr + "/hook"
 		}},
 	}
 	b := setup(t, worker.Config{RequestTimeout: timeout, ConnectTimeout: time.Second})

@@ -1,0 +1,175 @@
+package loadtest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+func times(offsets ...float64) []time.Time {
+	t0 := time.Unix(1_700_000_000, 0)
+	out := make([]time.Time, len(offsets))
+	for i, o := range offsets {
+		out[i] = t0.Add(time.Duration(o * float64(time.Second)))
+	}
+	return out
+}
+
+func TestWorstWindow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		at       []float64
+		exceeded bool
+		count    int
+	}{
+		// rate 10/s, burst 3
+		{"burst then rate", []float64{0, 0, 0, 0.1, 0.2, 0.3, 0.4}, false, 7},
+		{"one over the burst", []float64{0, 0, 0, 0}, true, 4},
+		{"burst refills", []float64{0, 0, 0, 1, 1, 1}, false, 3},
+		{"too fast after the burst", []float64{0, 0, 0, 0.05, 0.06, 0.07}, true, 6},
+		{"empty", nil, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := worstWindow(times(tc.at...), 10, 3, 0)
+			if w.Exceeded != tc.exceeded || w.Count != tc.count {
+				t.Fatalf("%+v, want exceeded %v, count %d", w, tc.exceeded, tc.count)
+			}
+		})
+	}
+	// Slack forgives bunching from transit jitter, and no more.
+	if w := worstWindow(times(0, 0, 0, 0.08), 10, 3, 20*time.Millisecond); w.Exceeded {
+		t.Fatalf("within slack: %+v", w)
+	}
+}
+
+func TestInvariantsFailTheScenario(t *testing.T) {
+	t.Parallel()
+	r := &ScenarioReport{}
+	r.check(&SubReport{ID: "ok"})
+	r.check(&SubReport{ID: "bad", Lost: 2, Stats: EndpointStats{Early: 1, Bans: 1, BadSig: 3},
+		Worst: Window{Count: 9, Span: 0.1, Allowed: 4, Exceeded: true}})
+	r.finish(100)
+	if r.Passed || len(r.Failures) != 5 || !strings.Contains(strings.Join(r.Failures, "\n"), "bad: 2 events lost") {
+		t.Fatalf("passed %v, failures %q", r.Passed, r.Failures)
+	}
+	if !r.Valid {
+		t.Fatalf("invalid: %v", r.InvalidReasons)
+	}
+	late := &ScenarioReport{Generator: GenStats{Planned: 100, Late: 2}, ProbeP99Ms: 150}
+	late.finish(100)
+	if late.Valid || len(late.InvalidReasons) != 2 || !late.Passed {
+		t.Fatalf("valid %v (%v), passed %v", late.Valid, late.InvalidReasons, late.Passed)
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	t.Parallel()
+	at := times(0, 1, 2, 3, 4)
+	pub := map[string]time.Time{"a": at[0], "b": at[0], "c": at[1], "d": at[1]}
+	arr := []Arrival{{At: at[1], ID: "a", Status: 500}, {At: at[2], ID: "a", Status: 200}, {At: at[2], ID: "b", Status: 200},
+		{At: at[3], ID: "b", Status: 200}}
+	o := buildOutcome(pub, arr, map[string]deadTask{"c": {at: at[3]}})
+	if o.lost() != 1 || o.duplicates != 1 || len(o.delivered) != 2 || len(o.requests) != 4 {
+		t.Fatalf("lost %d, duplicates %d, delivered %d", o.lost(), o.duplicates, len(o.delivered))
+	}
+	rate, backlog := o.series(at[0], 5)
+	if want := []float64{0, 0, 2, 0, 0}; !equal(rate, want) {
+		t.Fatalf("rate %v, want %v", rate, want)
+	}
+	if want := []float64{2, 4, 2, 1, 1}; !equal(backlog, want) {
+		t.Fatalf("backlog %v, want %v", backlog, want)
+	}
+	if l := o.latencyWhere(at[0], at[1]); l.N != 2 || l.P50 != 2000 {
+		t.Fatalf("latency %+v", l)
+	}
+}
+
+func equal(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPeakAndDrain(t *testing.T) {
+	t.Parallel()
+	st := &Step{SpikeS: 2, RecoverS: 4, EndS: 9}
+	peak, drain := peakAndDrain([]float64{0, 0, 50, 100, 80, 40, 3, 0, 0}, st, 5)
+	if peak != 100 || drain != 3 {
+		t.Fatalf("peak %v drain %v, want 100 and 3", peak, drain)
+	}
+	if _, drain := peakAndDrain([]float64{0, 0, 50, 100, 80, 40, 30, 20, 10}, st, 5); drain != -1 {
+		t.Fatalf("drain %v, want -1 (never)", drain)
+	}
+}
+
+func TestSpikeScheduleLeavesTimeToDrain(t *testing.T) {
+	t.Parallel()
+	shots, steps := spikeShots(SpikeSpec{BaseRate: 5, Multipliers: []int{3, 30}, Baseline: 10 * time.Second, Hold: 30 * time.Second}, 100)
+	if len(steps) != 2 || steps[0].ExpectedBacklog != 0 || steps[1].ExpectedBacklog != 1500 {
+		t.Fatalf("steps %+v", steps)
+	}
+	// 30×: 150/s against 100/s for 30s leaves 1500, drained at 95/s: the
+	// recovery must last at least twice 15.8s.
+	if rec := steps[1].EndS - steps[1].RecoverS; rec < 2*1500/95.0-0.01 {
+		t.Fatalf("recovery %vs", rec)
+	}
+	if want := 5*10 + 15*30 + 5*10 + 5*10 + 150*30; len(shots) < want {
+		t.Fatalf("%d shots, want at least %d", len(shots), want)
+	}
+	for i := 1; i < len(shots); i++ {
+		if shots[i].At < shots[i-1].At {
+			t.Fatalf("shot %d out of order", i)
+		}
+	}
+}
+
+func TestCommandRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	var out, errs strings.Builder
+	if err := Command(context.Background(), []string{"-scenarios", "nope", "-out", t.TempDir()}, "", &out, &errs); err == nil ||
+		!strings.Contains(err.Error(), `unknown scenario "nope"`) {
+		t.Fatalf("err %v", err)
+	}
+	if err := Command(context.Background(), []string{"-scale", "0", "-scenarios", "throughput", "-out", t.TempDir()}, "", &out, &errs); err == nil {
+		t.Fatal("scale 0 accepted")
+	}
+	if err := Command(context.Background(), []string{"-external-workers"}, "", &out, &errs); err == nil {
+		t.Fatal("external workers without a Redis URL accepted")
+	}
+}
+
+func TestStallBunchingIsNotReadAsAViolation(t *testing.T) {
+	t.Parallel()
+	// 10/s burst 3, steady; then a stall of 500ms at 2.0s after which the
+	// receiver timestamps five queued requests at once.
+	var off []float64
+	for i := range 20 {
+		off = append(off, float64(i)*0.1)
+	}
+	for range 5 {
+		off = append(off, 2.0005)
+	}
+	at := times(off...)
+	st := []stall{{at: at[0].Add(2 * time.Second), lag: 500 * time.Millisecond}}
+	if w := worstWindow(at, 10, 3, 0); !w.Exceeded {
+		t.Fatalf("raw window %+v should look exceeded", w)
+	}
+	clean, dropped := withoutStalls(at, st, 200*time.Millisecond)
+	if w := worstWindow(clean, 10, 3, 0); w.Exceeded || dropped != 10 {
+		t.Fatalf("clean window %+v, dropped %d (want the 5 bunched and the 5 in the stall)", w, dropped)
+	}
+	// A real burst away from the stall still counts.
+	real := append(times(0, 0, 0, 0, 0), at[5:]...)
+	clean, _ = withoutStalls(real, st, 200*time.Millisecond)
+	if w := worstWindow(clean, 10, 3, 0); !w.Exceeded {
+		t.Fatalf("a real violation was hidden: %+v", w)
+	}
+}

@@ -1,0 +1,87 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"time"
+)
+
+// Command is `hooklane bench`: it parses args and runs the scenarios, or,
+// with -serve-floor, serves the floor (how Run starts it as a subprocess).
+// exe is the hooklane binary, whose `worker` subcommand runs the workers.
+func Command(ctx context.Context, args []string, exe string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hooklane bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		c          Config
+		scenarios  = fs.String("scenarios", "viral,spike,throughput", "scenarios to run, comma-separated, in order")
+		inProcess  = fs.Bool("in-process", false, "run workers and the floor inside this process instead of as subprocesses (no RSS figures)")
+		serveFloor = fs.Bool("serve-floor", false, "internal: serve the floor on -floor-queue until stopped")
+		floorQueue = fs.String("floor-queue", "", "internal: the floor's queue")
+		verbose    = fs.Bool("v", false, "log at debug level")
+		cpuProfile = fs.String("cpuprofile", "", "write this process's CPU profile here (with -in-process it covers the worker too)")
+	)
+	fs.StringVar(&c.Out, "out", ".hooklane/bench", "folder for report.json, summary.txt, charts and worker logs")
+	fs.Float64Var(&c.Scale, "scale", 1, "multiply event counts and the spike ladder's rates")
+	fs.DurationVar(&c.Hold, "hold", 30*time.Second, "how long each spike of the ladder is held")
+	fs.IntVar(&c.Worker.Concurrency, "concurrency", 200, "worker (and floor) concurrency")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "use this Redis instead of starting one on 127.0.0.1")
+	fs.BoolVar(&c.ExternalWorkers, "external-workers", false, "start no worker: a deployment's workers consume -namespace (needs -redis-url)")
+	fs.StringVar(&c.Namespace, "namespace", "bench", "namespace prefix (with -external-workers: the deployment's namespace)")
+	fs.BoolVar(&c.ViralExtras, "viral-extras", false, "add a flaky and a gone subscriber to the viral burst")
+	fs.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "longest wait for one scenario's queue to settle")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.Scale <= 0 { // zero would read as "default" below
+		return errors.New("hooklane bench: -scale must be positive")
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("hooklane bench: unexpected arguments %q", fs.Args())
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	c.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if *serveFloor {
+		return ServeFloor(ctx, FloorConfig{RedisURL: c.RedisURL, Queue: *floorQueue, Concurrency: c.Worker.Concurrency})
+	}
+	for s := range strings.SplitSeq(*scenarios, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.Scenarios = append(c.Scenarios, s)
+		}
+	}
+	if !*inProcess {
+		c.Exec = exe
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	c.Command = strings.TrimSpace("hooklane bench " + strings.Join(args, " "))
+	rep, err := Run(ctx, c, stdout)
+	if err != nil {
+		return err
+	}
+	for _, r := range rep.Scenarios {
+		if !r.Passed {
+			return fmt.Errorf("scenario %s broke an invariant; see %s/summary.txt", r.Name, c.WithDefaults().Out)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/worker"
+)
+
+// Report is one run of the harness.
+type Report struct {
+	Started   time.Time         `json:"started"`
+	Command   string            `json:"command"`
+	Machine   string            `json:"machine"`
+	Settings  map[string]string `json:"settings"`
+	Scenarios []*ScenarioReport `json:"scenarios"`
+}
+
+// ScenarioReport is what one scenario measured.
+type ScenarioReport struct {
+	Name  string `json:"name"`
+	About string `json:"about"`
+	// Valid is false when the generator or the receiver fell behind its
+	// schedule: the figures then describe the harness, not hooklane.
+	Valid          bool     `json:"valid"`
+	InvalidReasons []string `json:"invalid_reasons,omitempty"`
+	// Passed is true when every invariant held: nothing lost, no request
+	// before a Retry-After deadline, no ban, no limit exceeded, no bad
+	// signature.
+	Passed   bool     `json:"passed"`
+	Failures []string `json:"failures,omitempty"`
+
+	WallSeconds      float64   `json:"wall_s"`
+	Generator        GenStats  `json:"generator"`
+	ProbeP99Ms       float64   `json:"receiver_lag_p99_ms"`
+	ProbeMaxMs       float64   `json:"receiver_lag_max_ms"`
+	Published        int       `json:"published"`
+	Delivered        int       `json:"delivered"`
+	Dead             int       `json:"dead"`
+	Lost             int       `json:"lost"`
+	Duplicates       int       `json:"duplicates"`
+	DeliveriesPerSec float64   `json:"deliveries_per_s"`
+	HandlerRuns      int64     `json:"handler_runs"`
+	RunsPerDelivery  float64   `json:"runs_per_delivery"`
+	Redis            RedisCost `json:"redis"`
+	WorkerPeakRSSMiB float64   `json:"worker_peak_rss_mib"`
+	// CPU per delivery in microseconds: the worker process (subprocess
+	// only) and this process (generator and receiver).
+	WorkerCPUPerDelivery  float64          `json:"worker_cpu_usec_per_delivery"`
+	HarnessCPUPerDelivery float64          `json:"harness_cpu_usec_per_delivery"`
+	Subscribers           []*SubReport     `json:"subscribers"`
+	Latency               []LatencyCompare `json:"latency,omitempty"`
+	Steps                 []Step           `json:"steps,omitempty"`
+	Throughput            *Throughput      `json:"throughput,omitempty"`
+	Queue                 []QueueSample    `json:"queue_backlog,omitempty"`
+	Chart                 string           `json:"chart,omitempty"`
+	Notes                 []string         `json:"notes,omitempty"`
+}
+
+// RedisCost is Redis work per delivery, from INFO before and after.
+type RedisCost struct {
+	CommandsPerDelivery   float64    `json:"commands_per_delivery"` // including commands run inside Lua scripts
+	RoundTripsPerDelivery float64    `json:"round_trips_per_delivery"`
+	UsecPerDelivery       float64    `json:"usec_per_delivery"`     // Redis time inside commands
+	CPUUsecPerDelivery    float64    `json:"cpu_usec_per_delivery"` // Redis process CPU, I/O included
+	Top                   []CmdShare `json:"top"`
+	IncludesPublishing    bool       `json:"includes_publishing"`
+}
+
+// CmdShare is one command's calls per delivery.
+type CmdShare struct {
+	Cmd         string  `json:"cmd"`
+	PerDelivery float64 `json:"per_delivery"`
+}
+
+func redisCost(d redisStats, deliveries int, publishing bool) RedisCost {
+	if deliveries == 0 {
+		return RedisCost{}
+	}
+	n := float64(deliveries)
+	c := RedisCost{CommandsPerDelivery: float64(d.total()) / n, RoundTripsPerDelivery: float64(d.Reads) / n,
+		UsecPerDelivery: float64(d.Usec) / n, CPUUsecPerDelivery: float64(d.CPU.Microseconds()) / n, IncludesPublishing: publishing}
+	for k, v := range d.Calls {
+		c.Top = append(c.Top, CmdShare{Cmd: k, PerDelivery: float64(v) / n})
+	}
+	sort.Slice(c.Top, func(i, j int) bool { return c.Top[i].PerDelivery > c.Top[j].PerDelivery })
+	if len(c.Top) > 8 {
+		c.Top = c.Top[:8]
+	}
+	return c
+}
+
+// SubReport is one subscriber's figures.
+type SubReport struct {
+	ID          string           `json:"id"`
+	Role        string           `json:"role"`
+	Behaviour   string           `json:"behaviour"`
+	Limit       string           `json:"limit"`
+	Rate        float64          `json:"rate_per_s"`
+	Burst       int              `json:"burst"`
+	MaxInFlight int              `json:"max_in_flight"`
+	Capacity    float64          `json:"capacity_per_s"` // the most it can take: limit, in-flight ÷ delay, its own bucket
+	Published   int              `json:"published"`
+	Delivered   int              `json:"delivered"`
+	Dead        int              `json:"dead"`
+	DeadReasons map[string]int64 `json:"dead_reasons,omitempty"`
+	Lost        int              `json:"lost"`
+	Duplicates  int              `json:"duplicates"`
+	Requests    int              `json:"requests"`
+	SteadyRate  float64          `json:"steady_rate_per_s"`
+	Worst       Window           `json:"worst_window"`
+	// StallExcluded requests were left out of Worst because the receiver
+	// timestamped them during or just after a stall of this process.
+	StallExcluded int           `json:"stall_excluded,omitempty"`
+	Stats         EndpointStats `json:"receiver"`
+	Runs          int64         `json:"handler_runs"`
+	Latency       Latency       `json:"latency"`
+	DrainS        float64       `json:"drain_s"`     // first publish → last settle
+	MinDrainS     float64       `json:"min_drain_s"` // backlog ÷ capacity (plus planned downtime)
+	RatePerSec    []float64     `json:"rate_series"`
+	Backlog       []float64     `json:"backlog_series"`
+}
+
+// LatencyCompare is a fast subscriber's latency with and without the bad
+// subscribers present, from the same run.
+type LatencyCompare struct {
+	Subscriber string  `json:"subscriber"`
+	Alone      Latency `json:"alone"`
+	WithBad    Latency `json:"with_bad"`
+	RatioP50   float64 `json:"ratio_p50"`
+	RatioP99   float64 `json:"ratio_p99"`
+}
+
+// collect turns a finished scenario's raw material into per-subscriber
+// reports and checks the invariants.
+func (e *env) collect(ctx context.Context, r *ScenarioReport, queue string, subs []subSpec, led *Ledger, start, end time.Time) (map[string]*outcome, error) {
+	dead, err := archived(ctx, e.rdb, queue)
+	if err != nil {
+		return nil, fmt.Errorf("listing dead letters: %w", err)
+	}
+	outs := map[string]*outcome{}
+	seconds := int(end.Sub(start).Seconds()) + 2
+	var lastSettle time.Time
+	for _, s := range subs {
+		o := buildOutcome(led.For(s.ID), e.recv.Arrivals(s.ID), dead[s.ID])
+		outs[s.ID] = o
+		counters, err := worker.ReadStats(ctx, e.rdb, queue, s.ID)
+		if err != nil {
+			return nil, err
+		}
+		sr := &SubReport{ID: s.ID, Role: s.Role, Behaviour: s.behaviour(), Limit: s.Limit.String(),
+			Rate: float64(s.Limit.Rate) / s.Limit.Period.Seconds(), Burst: s.Limit.Burst, MaxInFlight: s.MaxInFlight,
+			Capacity: s.capacity(), Published: len(o.published), Delivered: len(o.delivered), Dead: len(o.dead),
+			Lost: o.lost(), Duplicates: o.duplicates, Requests: len(o.requests), Stats: e.recv.Stats(s.ID),
+			Latency: latencyOf(o.latencies), Runs: runsOf(counters), DeadReasons: deadReasons(counters)}
+		sr.Worst = worstWindow(o.requests, sr.Rate, sr.Burst, e.cfg.Slack)
+		if sr.Worst.Exceeded && len(e.stalls) > 0 {
+			// Seed 003: classify the run before reading it. Arrivals the
+			// receiver timestamped late, in a bunch, are no evidence
+			// either way; the rest must still keep the limit.
+			clean, dropped := withoutStalls(o.requests, e.stalls, 200*time.Millisecond)
+			if w := worstWindow(clean, sr.Rate, sr.Burst, e.cfg.Slack); !w.Exceeded {
+				r.InvalidReasons = append(r.InvalidReasons, fmt.Sprintf(
+					"%s: %d requests in %.3fs (limit allows %.1f) only where the receiver stalled; without the %d requests it timestamped then, the limit holds",
+					s.ID, sr.Worst.Count, sr.Worst.Span, sr.Worst.Allowed, dropped))
+				sr.Worst, sr.StallExcluded = w, dropped
+			}
+		}
+		sr.RatePerSec, sr.Backlog = o.series(start, seconds)
+		downUntil := int(s.Endpoint.DownFor.Seconds()) + 1
+		sr.SteadyRate = steadyRate(sr.RatePerSec, sr.Backlog, min(sr.Rate, sr.Capacity), downUntil)
+		if !o.lastSettle.IsZero() && !o.firstPub.IsZero() {
+			// Dead-letter times have whole seconds (asynq's LastFailedAt).
+			sr.DrainS = max(0, o.lastSettle.Sub(o.firstPub).Seconds())
+		}
+		sr.MinDrainS = s.minDrain(sr.Published)
+		if o.lastSettle.After(lastSettle) {
+			lastSettle = o.lastSettle
+		}
+		r.Subscribers = append(r.Subscribers, sr)
+		r.Published += sr.Published
+		r.Delivered += sr.Delivered
+		r.Dead += sr.Dead
+		r.Lost += sr.Lost
+		r.Duplicates += sr.Duplicates
+		r.HandlerRuns += sr.Runs
+		r.check(sr)
+	}
+	if r.Delivered > 0 {
+		r.RunsPerDelivery = float64(r.HandlerRuns) / float64(r.Delivered)
+		if !lastSettle.IsZero() {
+			r.DeliveriesPerSec = float64(r.Delivered) / lastSettle.Sub(start).Seconds()
+		}
+	}
+	return outs, nil
+}
+
+// check records the invariants sr breaks.
+func (r *ScenarioReport) check(sr *SubReport) {
+	fail := func(format string, args ...any) {
+		r.Failures = append(r.Failures, sr.ID+": "+fmt.Sprintf(format, args...))
+	}
+	if sr.Lost > 0 {
+		fail("%d events lost (neither delivered nor dead)", sr.Lost)
+	}
+	if sr.Stats.Early > 0 {
+		fail("%d requests before a Retry-After deadline", sr.Stats.Early)
+	}
+	if sr.Stats.Bans > 0 {
+		fail("banned %d times", sr.Stats.Bans)
+	}
+	if sr.Worst.Exceeded {
+		fail("limit exceeded: %d requests in %.3fs, limit allows %.1f", sr.Worst.Count, sr.Worst.Span, sr.Worst.Allowed)
+	}
+	if sr.Stats.BadSig > 0 {
+		fail("%d requests with a bad signature", sr.Stats.BadSig)
+	}
+	if sr.Stats.RelistenErr != "" {
+		fail("endpoint could not come back up: %s", sr.Stats.RelistenErr)
+	}
+}
+
+// finish sets Passed and Valid from what was recorded.
+func (r *ScenarioReport) finish(invalidLagMs float64) {
+	if r.ProbeMaxMs > maxStallMs {
+		r.InvalidReasons = append(r.InvalidReasons, fmt.Sprintf("receiver stalled: a timer fired %.0fms late (over %dms)", r.ProbeMaxMs, maxStallMs))
+	}
+	if r.Generator.Behind() {
+		r.InvalidReasons = append(r.InvalidReasons, fmt.Sprintf("generator behind: %d of %d publishes started over 250ms late (max %s)",
+			r.Generator.Late, r.Generator.Planned, r.Generator.MaxLate.Round(time.Millisecond)))
+	}
+	if r.Generator.Failed > 0 {
+		r.InvalidReasons = append(r.InvalidReasons, fmt.Sprintf("generator: %d publishes failed", r.Generator.Failed))
+	}
+	if r.ProbeP99Ms > invalidLagMs {
+		r.InvalidReasons = append(r.InvalidReasons, fmt.Sprintf("receiver behind: timer lag p99 %.0fms > %.0fms", r.ProbeP99Ms, invalidLagMs))
+	}
+	r.Valid = len(r.InvalidReasons) == 0
+	r.Passed = len(r.Failures) == 0
+}
+
+// maxStallMs is the longest stall of the harness process a valid run may
+// have had: in a longer one the receiver fell visibly behind its schedule.
+const maxStallMs = 250
+
+// runsOf counts handler runs from the worker's per-subscriber counters:
+// every run records exactly one outcome field.
+func runsOf(c map[string]int64) int64 {
+	var n int64
+	for k, v := range c {
+		if k == "delivered" || k == "failed" || k == "infra_error" || strings.HasPrefix(k, "deferred:") || strings.HasPrefix(k, "dead:") {
+			n += v
+		}
+	}
+	return n
+}
+
+func deadReasons(c map[string]int64) map[string]int64 {
+	var m map[string]int64
+	for k, v := range c {
+		if r, ok := strings.CutPrefix(k, "dead:"); ok {
+			if m == nil {
+				m = map[string]int64{}
+			}
+			m[r] = v
+		}
+	}
+	return m
+}
+
+// archived lists the queue's dead letters by subscriber and event id.
+func archived(ctx context.Context, rdb *redis.Client, queue string) (map[string]map[string]deadTask, error) {
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	out := map[string]map[string]deadTask{}
+	const size = 1000
+	for page := 1; page < 1000; page++ {
+		ts, err := insp.ListArchivedTasks(queue, asynq.PageSize(size), asynq.Page(page))
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			sub, ev, ok := splitTaskID(t.ID)
+			if !ok {
+				continue
+			}
+			if out[sub] == nil {
+				out[sub] = map[string]deadTask{}
+			}
+			out[sub][ev] = deadTask{at: t.LastFailedAt, reason: t.LastErr}
+		}
+		if len(ts) < size || ctx.Err() != nil {
+			break
+		}
+	}
+	return out, nil
+}
+
+// write saves report.json and summary.txt in dir.
+func (rep *Report) write(dir string, summary io.Writer) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
+		return err
+	}
+	var sb strings.Builder
+	rep.Summary(&sb)
+	if err := os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(sb.String()), 0o644); err != nil {
+		return err
+	}
+	if summary != nil {
+		_, err = io.WriteString(summary, sb.String())
+	}
+	return err
+}

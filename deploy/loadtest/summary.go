@@ -1,0 +1,158 @@
+package loadtest
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Summary writes the readable form of the report.
+func (rep *Report) Summary(w io.Writer) {
+	fmt.Fprintf(w, "hooklane bench, %s, %s\n", rep.Started.Format(time.RFC3339), rep.Machine)
+	if rep.Command != "" {
+		fmt.Fprintf(w, "command: %s\n", rep.Command)
+	}
+	fmt.Fprintf(w, "settings: scale %s, hold %s, concurrency %s, worker %s, window slack %s\n",
+		rep.Settings["scale"], rep.Settings["hold"], rep.Settings["concurrency"], rep.Settings["worker"], rep.Settings["slack"])
+	for _, r := range rep.Scenarios {
+		fmt.Fprintln(w)
+		r.summary(w)
+	}
+}
+
+func verdict(r *ScenarioReport) string {
+	v := "VALID"
+	if !r.Valid {
+		v = "INVALID (" + strings.Join(r.InvalidReasons, "; ") + ")"
+	}
+	p := "invariants PASS"
+	if !r.Passed {
+		p = "invariants FAIL"
+	}
+	return v + ", " + p
+}
+
+func (r *ScenarioReport) summary(w io.Writer) {
+	fmt.Fprintf(w, "== %s: %s\n", r.Name, r.About)
+	fmt.Fprintf(w, "   %s; wall %.0fs\n", verdict(r), r.WallSeconds)
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "   FAIL %s\n", f)
+	}
+	fmt.Fprintf(w, "   published %d, delivered %d, dead %d, lost %d, duplicates %d\n", r.Published, r.Delivered, r.Dead, r.Lost, r.Duplicates)
+	pub := ""
+	if r.Redis.IncludesPublishing {
+		pub = ", publishing included"
+	}
+	fmt.Fprintf(w, "   %.1f deliveries/s overall; %.3f handler runs per delivery; Redis per delivery: %.1f commands (Lua's included), %.2f round trips, %.0f µs in commands, %.0f µs CPU%s\n",
+		r.DeliveriesPerSec, r.RunsPerDelivery, r.Redis.CommandsPerDelivery, r.Redis.RoundTripsPerDelivery, r.Redis.UsecPerDelivery, r.Redis.CPUUsecPerDelivery, pub)
+	fmt.Fprintf(w, "   CPU per delivery: worker %s, harness (generator + receiver) %.0f µs\n", cpuText(r.WorkerCPUPerDelivery), r.HarnessCPUPerDelivery)
+	fmt.Fprintf(w, "   worker peak RSS %s; generator %d planned, %d late (p99 %s, max %s), %d failed; receiver timer lag p99 %.1fms max %.1fms\n",
+		rssText(r.WorkerPeakRSSMiB), r.Generator.Planned, r.Generator.Late, r.Generator.P99Late.Round(time.Millisecond),
+		r.Generator.MaxLate.Round(time.Millisecond), r.Generator.Failed, r.ProbeP99Ms, r.ProbeMaxMs)
+	if len(r.Redis.Top) > 0 {
+		fmt.Fprintf(w, "   top Redis commands per delivery: %s\n", topText(r.Redis.Top))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "   subscriber\tlimit\tcapacity/s\tsteady/s\tworst window (n/s ≤ allowed)\t429\toverlap\tearly\tbans\t403\tpub\tdeliv\tdead\tlost\tdup\truns/deliv\tp50 ms\tp99 ms\tdrain s\tmin s\t")
+	for _, s := range r.Subscribers {
+		fmt.Fprintf(tw, "   %s\t%g/s b%d if%d\t%.0f\t%s\t%d/%.2fs ≤ %.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.0f\t%s\t%s\t\n",
+			s.ID, s.Rate, s.Burst, s.MaxInFlight, s.Capacity, steadyText(s.SteadyRate), s.Worst.Count, s.Worst.Span, s.Worst.Allowed,
+			s.Stats.Throttled, s.Stats.Overlap, s.Stats.Early, s.Stats.Bans, s.Stats.Banned,
+			s.Published, s.Delivered, s.Dead, s.Lost, s.Duplicates, ratio(float64(s.Runs), float64(s.Delivered)),
+			s.Latency.P50, s.Latency.P99, orDash(s.DrainS), orDash(s.MinDrainS))
+	}
+	tw.Flush()
+	for _, s := range r.Subscribers {
+		fmt.Fprintf(w, "   %s (%s): %s", s.ID, s.Role, s.Behaviour)
+		if len(s.DeadReasons) > 0 {
+			fmt.Fprintf(w, "; dead: %v", s.DeadReasons)
+		}
+		if s.Stats.Resets+s.Stats.Failed > 0 {
+			fmt.Fprintf(w, "; endpoint reset %d, 5xx %d", s.Stats.Resets, s.Stats.Failed)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, l := range r.Latency {
+		fmt.Fprintf(w, "   latency %s publish→delivery: alone p50 %.0fms p99 %.0fms; with the bad subscribers p50 %.0fms p99 %.0fms; ratio p50 %.2f, p99 %.2f\n",
+			l.Subscriber, l.Alone.P50, l.Alone.P99, l.WithBad.P50, l.WithBad.P99, l.RatioP50, l.RatioP99)
+	}
+	for _, st := range r.Steps {
+		fmt.Fprintf(w, "   step %2d×: %.0f→%.0f/s at %.0fs; capped backlog expected %.0f, peak %.0f (queue %d); drain %s vs min %.1fs; fast p99 pre %.0fms hold %.0fms post %.0fms; capped p99 pre %.0fms post %.0fms\n",
+			st.Multiplier, st.BaseRate, st.SpikeRate, st.SpikeS, st.ExpectedBacklog, st.PeakBacklog, st.PeakQueue,
+			drainText(st), st.MinDrainS, st.FastPre.P99, st.FastHold.P99, st.FastPost.P99, st.CappedPre.P99, st.CappedPost.P99)
+	}
+	if t := r.Throughput; t != nil {
+		for _, p := range []struct {
+			name string
+			r    PathResult
+		}{{"floor (plain asynq + POST), median round", t.Floor}, {"hooklane, median round", t.Hooklane}} {
+			fmt.Fprintf(w, "   %s: %.0f deliveries/s; per delivery: Redis %.1f commands, %.2f round trips, %.0f µs CPU; server CPU %s; receiver CPU %.0f µs; peak RSS %s\n",
+				p.name, p.r.PerSec, p.r.Redis.CommandsPerDelivery, p.r.Redis.RoundTripsPerDelivery, p.r.Redis.CPUUsecPerDelivery,
+				cpuText(p.r.ServerCPU), p.r.HarnessCPU, rssText(p.r.PeakRSSMiB))
+			fmt.Fprintf(w, "     top Redis commands: %s\n", topText(p.r.Redis.Top))
+		}
+		fmt.Fprintf(w, "   rounds (deliveries/s): floor %s; hooklane %s\n", roundsText(t.FloorRounds), roundsText(t.HooklaneRounds))
+		fmt.Fprintf(w, "   ratio hooklane ÷ floor (medians): %.2f (target ≥ %.2f)\n", t.Ratio, t.Target)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "   note: %s\n", n)
+	}
+	if r.Chart != "" {
+		fmt.Fprintf(w, "   chart: %s\n", r.Chart)
+	}
+}
+
+// steadyText shows "-" for a subscriber that never had a second's worth
+// of backlog, whose steady rate is only its arrival rate.
+func steadyText(r float64) string {
+	if r == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", r)
+}
+
+func roundsText(rs []PathResult) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%.0f", r.PerSec)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func orDash(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func drainText(st Step) string {
+	if !st.Recovered {
+		return "NOT within the step"
+	}
+	return fmt.Sprintf("%.0fs", st.DrainS)
+}
+
+func cpuText(us float64) string {
+	if us == 0 {
+		return "n/a (in-process)"
+	}
+	return fmt.Sprintf("%.0f µs", us)
+}
+
+func rssText(mib float64) string {
+	if mib == 0 {
+		return "n/a (in-process)"
+	}
+	return fmt.Sprintf("%.0f MiB", mib)
+}
+
+func topText(top []CmdShare) string {
+	parts := make([]string, len(top))
+	for i, c := range top {
+		parts[i] = fmt.Sprintf("%s %.2f", c.Cmd, c.PerDelivery)
+	}
+	return strings.Join(parts, ", ")
+}

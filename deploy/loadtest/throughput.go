@@ -1,0 +1,268 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
+)
+
+// ThroughputSpec sizes the throughput scenario.
+type ThroughputSpec struct {
+	Subscribers int // fast endpoints with limits far above what can be sent
+	Events      int // each fanned out to every subscriber, per round
+	// Rounds alternate floor and hooklane, each draining a fresh backlog;
+	// the medians are compared, because one drain of a few seconds on a
+	// shared 2-core machine varies by a third from run to run. Default 3.
+	Rounds int
+}
+
+func (e *env) throughputSpec() ThroughputSpec {
+	ts := ThroughputSpec{Subscribers: 10, Events: e.scale(2000)}
+	if e.cfg.Throughput != nil {
+		ts = *e.cfg.Throughput
+	}
+	ts.Rounds = max(ts.Rounds, 1)
+	if e.cfg.Throughput == nil {
+		ts.Rounds = 3
+	}
+	return ts
+}
+
+// Throughput compares hooklane's delivery rate with the floor's.
+type Throughput struct {
+	Subscribers    int          `json:"subscribers"`
+	Tasks          int          `json:"tasks_per_round"`
+	Floor          PathResult   `json:"floor"`    // the median round
+	Hooklane       PathResult   `json:"hooklane"` // the median round
+	FloorRounds    []PathResult `json:"floor_rounds"`
+	HooklaneRounds []PathResult `json:"hooklane_rounds"`
+	Ratio          float64      `json:"ratio"` // hooklane ÷ floor deliveries per second, medians
+	Target         float64      `json:"target"`
+}
+
+// PathResult is one path's delivery of one backlog.
+type PathResult struct {
+	Deliveries int       `json:"deliveries"`
+	PerSec     float64   `json:"deliveries_per_s"` // between the 5th and the 95th percentile arrival
+	Seconds    float64   `json:"seconds"`          // first → last arrival
+	Redis      RedisCost `json:"redis"`
+	PeakRSSMiB float64   `json:"peak_rss_mib"`
+	// CPU per delivery in microseconds: the server process (subprocess
+	// only) and this process (the receiver).
+	ServerCPU  float64 `json:"server_cpu_usec_per_delivery"`
+	HarnessCPU float64 `json:"harness_cpu_usec_per_delivery"`
+}
+
+// runThroughput queues a backlog before starting the server that drains
+// it, so that publishing costs neither path anything, and lets the floor
+// and hooklane drain one each in turn.
+func (e *env) runThroughput(ctx context.Context, r *ScenarioReport) error {
+	ts := e.throughputSpec()
+	tp := &Throughput{Subscribers: ts.Subscribers, Tasks: ts.Subscribers * ts.Events, Target: 0.8}
+	r.Throughput = tp
+	r.About = fmt.Sprintf("%d events × %d fast subscribers queued up front, drained by a plain asynq floor and by hooklane in turn, %d rounds each",
+		ts.Events, ts.Subscribers, ts.Rounds)
+	floorIDs := make([]string, ts.Subscribers)
+	for i := range floorIDs {
+		floorIDs[i] = fmt.Sprintf("floor-%02d", i)
+		if _, err := e.recv.Add(Endpoint{ID: floorIDs[i], Kind: Fast}); err != nil {
+			return err
+		}
+	}
+	subs := make([]subSpec, ts.Subscribers)
+	for i := range subs {
+		subs[i] = subSpec{ID: fmt.Sprintf("tput-%02d", i), Role: "fast, high limit", EventTypes: []string{"bench.tput"},
+			Endpoint: Endpoint{Kind: Fast}, Limit: limits.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}, MaxInFlight: 1000}
+	}
+	ns := e.namespace(ScenarioThroughput)
+	p, err := producer.New(&producer.Config{Redis: e.rdb, Namespace: ns, Logger: e.log})
+	if err != nil {
+		return err
+	}
+	for _, s := range subs {
+		if err := e.register(ctx, p, s); err != nil {
+			return err
+		}
+	}
+	led := newLedger()
+	if e.cfg.ExternalWorkers {
+		r.Notes = append(r.Notes, "floor not run: workers are external")
+	}
+	e.probe.take()
+	start := time.Now()
+	for round := range ts.Rounds {
+		if !e.cfg.ExternalWorkers {
+			fl, err := e.floorRound(ctx, ts, round, floorIDs)
+			if err != nil {
+				return fmt.Errorf("floor: %w", err)
+			}
+			tp.FloorRounds = append(tp.FloorRounds, fl)
+		}
+		hl, gen, err := e.hooklaneRound(ctx, ts, round, ns, p, led, subs)
+		if err != nil {
+			return err
+		}
+		r.Generator = mergeGen(r.Generator, gen)
+		tp.HooklaneRounds = append(tp.HooklaneRounds, hl)
+	}
+	if !waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, ns) }) {
+		r.Notes = append(r.Notes, "queue did not settle")
+	}
+	end := time.Now()
+	p99, worst, stalls := e.probe.take()
+	r.ProbeP99Ms, r.ProbeMaxMs = ms(p99), ms(worst)
+	e.stalls = stalls
+	// No worker runs now, so collect sees the last counters; the
+	// pre-queued events' latency is queueing time, not delivery.
+	if _, err := e.collect(ctx, r, ns, subs, led, start, end); err != nil {
+		return err
+	}
+	tp.Floor, tp.Hooklane = median(tp.FloorRounds), median(tp.HooklaneRounds)
+	r.Redis = tp.Hooklane.Redis
+	r.WorkerPeakRSSMiB = tp.Hooklane.PeakRSSMiB
+	r.WorkerCPUPerDelivery, r.HarnessCPUPerDelivery = tp.Hooklane.ServerCPU, tp.Hooklane.HarnessCPU
+	r.DeliveriesPerSec = tp.Hooklane.PerSec
+	r.WallSeconds = end.Sub(start).Seconds()
+	tp.Ratio = ratio(tp.Hooklane.PerSec, tp.Floor.PerSec)
+	if err := e.chart(r); err != nil {
+		r.Notes = append(r.Notes, "chart: "+err.Error())
+	}
+	r.finish(ms(e.cfg.MaxLag))
+	return nil
+}
+
+// median returns the round with the median rate (the lower middle one of
+// an even count).
+func median(rs []PathResult) PathResult {
+	if len(rs) == 0 {
+		return PathResult{}
+	}
+	s := append([]PathResult(nil), rs...)
+	sort.Slice(s, func(i, j int) bool { return s[i].PerSec < s[j].PerSec })
+	return s[(len(s)-1)/2]
+}
+
+// drain starts a server, waits until the receiver has want more arrivals
+// on ids than it had, and measures what it cost. Between the two Redis
+// snapshots only the receiver is polled (in this process), so Redis'
+// counters are the server's alone.
+func (e *env) drain(ctx context.Context, start func() (*proc, error), ids []string, want int, settledQ string) (PathResult, error) {
+	base := map[string]int{}
+	count := func() int {
+		n := 0
+		for _, id := range ids {
+			n += e.recv.Count(id) - base[id]
+		}
+		return n
+	}
+	for _, id := range ids {
+		base[id] = e.recv.Count(id)
+	}
+	before, err := e.redisSnapshot(ctx)
+	if err != nil {
+		return PathResult{}, err
+	}
+	self0 := selfCPU()
+	srv, err := start()
+	if err != nil {
+		return PathResult{}, err
+	}
+	ok := waitFor(ctx, e.cfg.Timeout, func() bool { return count() >= want })
+	after, serr := e.redisSnapshot(ctx)
+	cpu, self := srv.CPU(), selfCPU()-self0
+	waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, settledQ) })
+	rss, perr := srv.Stop()
+	if err := errors.Join(serr, perr); err != nil {
+		return PathResult{}, err
+	}
+	if !ok {
+		return PathResult{}, fmt.Errorf("%s delivered %d of %d before the timeout", srv.name, count(), want)
+	}
+	var at []time.Time
+	for _, id := range ids {
+		for _, a := range e.recv.Arrivals(id)[base[id]:] {
+			at = append(at, a.At)
+		}
+	}
+	return pathResult(at, after.sub(before), rss, cpu, self), nil
+}
+
+// floorRound queues the backlog as plain floor tasks aimed at fast
+// endpoints of the same receiver and measures the floor draining it.
+func (e *env) floorRound(ctx context.Context, ts ThroughputSpec, round int, ids []string) (PathResult, error) {
+	queue := e.namespace("floor")
+	client := asynq.NewClientFromRedisClient(e.rdb)
+	n := ts.Events * ts.Subscribers
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for w := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 32 {
+				ev := event(fmt.Sprintf("fl%d-%06d", round, i/ts.Subscribers), "bench.tput", i/ts.Subscribers)
+				ev.Timestamp = time.Now().UTC().Truncate(time.Second)
+				body, _ := json.Marshal(ev) // what hooklane sends: {id, type, timestamp, data}
+				payload, _ := json.Marshal(FloorPost{URL: e.recv.URL(ids[i%ts.Subscribers]), Body: body})
+				if _, err := client.EnqueueContext(ctx, asynq.NewTask(TypeFloorPost, payload, asynq.Queue(queue))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return PathResult{}, err
+	}
+	return e.drain(ctx, func() (*proc, error) { return e.startFloor(ctx, queue) }, ids, n, queue)
+}
+
+// hooklaneRound publishes the backlog with no worker running, then
+// measures a worker draining it.
+func (e *env) hooklaneRound(ctx context.Context, ts ThroughputSpec, round int, ns string, p *producer.Producer, led *Ledger, subs []subSpec) (PathResult, GenStats, error) {
+	gen := &Generator{P: p, Ledger: led}
+	gs := gen.Run(ctx, time.Now(), burst(fmt.Sprintf("tp%d", round), "bench.tput", ts.Events, 0, 0), false)
+	ids := make([]string, len(subs))
+	for i, s := range subs {
+		ids[i] = s.ID
+	}
+	pr, err := e.drain(ctx, func() (*proc, error) { return e.startWorker(ctx, ns) }, ids, ts.Events*len(subs), ns)
+	return pr, gs, err
+}
+
+func pathResult(at []time.Time, d redisStats, rss int64, server, harness time.Duration) PathResult {
+	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+	pr := PathResult{Deliveries: len(at), Redis: redisCost(d, len(at), false), PeakRSSMiB: float64(rss) / (1 << 20),
+		ServerCPU: perDelivery(server, len(at)), HarnessCPU: perDelivery(harness, len(at))}
+	if len(at) < 20 {
+		return pr
+	}
+	pr.Seconds = at[len(at)-1].Sub(at[0]).Seconds()
+	// The middle 90% leaves out the start-up (first poll, connections) and
+	// the tail (the last few tasks of a drained queue).
+	lo, hi := int(math.Floor(0.05*float64(len(at)))), int(math.Ceil(0.95*float64(len(at))))-1
+	if span := at[hi].Sub(at[lo]).Seconds(); span > 0 {
+		pr.PerSec = float64(hi-lo) / span
+	}
+	return pr
+}
+
+// perDelivery is d in microseconds per delivery.
+func perDelivery(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / float64(n)
+}
