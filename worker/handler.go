@@ -111,10 +111,13 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 			due = d.NotBefore
 		}
 		r.delivered, r.e2e, r.late = true, resp.received.Sub(d.EnqueuedAt), resp.received.Sub(due)
+		retried, _ := asynq.GetRetryCount(ctx)
+		r.result, _ = json.Marshal(Result{Status: resp.status, LatencyMS: resp.latency.Milliseconds(),
+			Attempt: retried + 1, DeliveredAt: resp.received})
 	}
 	// finish records a cooldown before record releases the slot, so no task
 	// waiting for this slot can send after a 429.
-	return h.finish(ctx, t, &d, &sub, resp)
+	return h.finish(ctx, &d, &sub, resp)
 }
 
 // subscriber returns the subscriber's endpoint, secrets and limits from a
@@ -208,17 +211,13 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 }
 
 // finish turns the endpoint's answer into the task's next state.
-func (h *handler) finish(ctx context.Context, t *asynq.Task, d *tasks.Delivery, sub *tasks.Subscriber, r response) error {
+func (h *handler) finish(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, r response) error {
 	retried, _ := asynq.GetRetryCount(ctx)
 	maxAttempts, _ := asynq.GetMaxRetry(ctx)
 	attempt := retried + 1
 	log := h.log.With("subscriber_id", sub.ID, "event_id", d.Event.ID, "attempt", attempt)
 
 	if r.err == nil && r.status/100 == 2 {
-		b, _ := json.Marshal(Result{Status: r.status, LatencyMS: r.latency.Milliseconds(), Attempt: attempt, DeliveredAt: r.received})
-		if _, err := t.ResultWriter().Write(b); err != nil {
-			log.Warn("could not record result", "err", err)
-		}
 		log.Debug("delivered", "status", r.status, "latency_ms", r.latency.Milliseconds())
 		return nil
 	}
