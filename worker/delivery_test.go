@@ -44,7 +44,11 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 	if n := s.count(); n != 1 {
 		t.Fatalf("sink received %d requests, want exactly 1", n)
 	}
-	info, _ := b.insp.GetTaskInfo(b.ns, id)
+	var info *asynq.TaskInfo
+	eventually(t, 5*time.Second, "result written", func() bool {
+		info, _ = b.insp.GetTaskInfo(b.ns, id)
+		return info != nil && len(info.Result) > 0
+	})
 	var res worker.Result
 	if err := json.Unmarshal(info.Result, &res); err != nil || res.Status != 200 || res.Attempt != 1 {
 		t.Fatalf("task result %s: %v", info.Result, err)
@@ -82,7 +86,7 @@ func TestRateLimitHolds(t *testing.T) {
 	}
 	t.Logf("steady rate %.2f/s; %d handler runs for %d deliveries", steady, b.w.Stats().Runs.Load(), n)
 	// The sink sees a request before the worker records its outcome.
-	eventually(t, 5*time.Second, "outcomes recorded", func() bool { return b.w.Stats().Delivered.Load() == n })
+	eventually(t, 5*time.Second, "outcomes recorded", func() bool { return b.counter(t, "s", "delivered") == n })
 	st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, "s")
 	var hist int64
 	for _, le := range worker.LatencyBuckets {
@@ -129,7 +133,7 @@ func testRetryAfter(t *testing.T, header func(received time.Time) (value string,
 	if len(a) != n+1 || retried != 1 {
 		t.Fatalf("%d requests, %d retries of the throttled event; want %d and 1", len(a), retried, n+1)
 	}
-	eventually(t, 5*time.Second, "outcomes recorded", func() bool { return b.w.Stats().Delivered.Load() == n })
+	eventually(t, 5*time.Second, "outcomes recorded", func() bool { return b.counter(t, "s", "delivered") == n })
 	if st, _ := worker.ReadStats(context.Background(), b.rdb, b.ns, "s"); st["deferred:retry_after"] != 1 || st["delivered"] != n {
 		t.Fatalf("counters %v: want one retry_after deferral and %d delivered", st, n)
 	}
@@ -198,6 +202,7 @@ func TestAlways500IsDeadLettered(t *testing.T) {
 	if n := s.count(); n != 3 {
 		t.Fatalf("sink saw %d attempts, want 3", n)
 	}
+	eventually(t, 5*time.Second, "failures recorded", func() bool { return b.counter(t, "s", "failed") == 2 })
 	st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, "s")
 	if err != nil || st["failed"] != 2 || st["dead:attempts"] != 1 || st["delivered"] != 0 {
 		t.Fatalf("counters %v, %v; want failed 2, dead:attempts 1", st, err)

@@ -64,8 +64,10 @@ type handler struct {
 	client *http.Client
 	lanes  *lanes
 	subs   *subCache
-	log    *slog.Logger
-	stats  *Stats
+	// recorder batches the writes that follow a run.
+	recorder *recorder
+	log      *slog.Logger
+	stats    *Stats
 }
 
 // Result is what a delivered task's asynq result holds.
@@ -84,6 +86,7 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 
 func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	r.taskID, _ = asynq.GetTaskID(ctx)
+	r.retried, _ = asynq.GetRetryCount(ctx)
 	r.payload = t.Payload()
 	d, err := tasks.DecodeDelivery(t.Payload())
 	if err != nil {
@@ -111,9 +114,8 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 			due = d.NotBefore
 		}
 		r.delivered, r.e2e, r.late = true, resp.received.Sub(d.EnqueuedAt), resp.received.Sub(due)
-		retried, _ := asynq.GetRetryCount(ctx)
 		r.result, _ = json.Marshal(Result{Status: resp.status, LatencyMS: resp.latency.Milliseconds(),
-			Attempt: retried + 1, DeliveredAt: resp.received})
+			Attempt: r.retried + 1, DeliveredAt: resp.received})
 	}
 	// finish records a cooldown before record releases the slot, so no task
 	// waiting for this slot can send after a 429.

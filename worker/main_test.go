@@ -105,6 +105,15 @@ func (b *bundle) publish(t testing.TB, id, typ string) *producer.PublishResult {
 	return res
 }
 
+// counter reads one of a subscriber's counters in Redis.
+func (b *bundle) counter(t testing.TB, sub, field string) int64 {
+	st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st[field]
+}
+
 // settled reports whether nothing in the namespace's queue is still to run.
 func (b *bundle) settled(t testing.TB) bool {
 	q, err := b.insp.GetQueueInfo(b.ns)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,7 @@ type run struct {
 	token     string        // in-flight slot to release
 	delivered bool          // 2xx
 	result    []byte        // the asynq task result of a delivery (Result JSON)
+	retried   int           // counted failures before this run
 	e2e       time.Duration // publish → delivery
 	late      time.Duration // due (publish or not-before) → delivery
 }
@@ -119,12 +121,12 @@ func (h *handler) record(ctx context.Context, r *run, err error) error {
 		// The ledger entry is committed before asynq archives the task.
 		_, perr = h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			h.writeDeadLetter(ctx, p, r, err)
-			h.count(ctx, p, r, fields)
+			h.count(ctx, p, r, fields, nil)
 			return nil
 		})
-	} else if r.sub != "" {
+	} else if r.sub != "" && !h.recorder.add(recorded{*r, fields}) {
 		_, perr = h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			h.count(ctx, p, r, fields)
+			h.count(ctx, p, r, fields, nil)
 			return nil
 		})
 	}
@@ -138,8 +140,12 @@ func (h *handler) record(ctx context.Context, r *run, err error) error {
 	return err
 }
 
-// count queues the slot release, the attempt and the counters of run r.
-func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields []string) {
+// count queues the slot release, the attempt and the task result of run r
+// on p, and hands its counter increments to inc (nil: HINCRBY on p).
+func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields []string, inc func(key, field string, n int64)) {
+	if inc == nil {
+		inc = func(key, field string, n int64) { p.HIncrBy(ctx, key, field, n) }
+	}
 	if r.token != "" {
 		h.gates.ReleaseIn(ctx, p, r.sub, r.token)
 	}
@@ -154,7 +160,9 @@ func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields [
 		b, _ := json.Marshal(r.attempt)
 		key := h.keys.Attempts(r.taskID)
 		if r.delivered {
-			p.Del(ctx, key)
+			if r.retried > 0 { // earlier attempts were kept for a dead letter that did not happen
+				p.Del(ctx, key)
+			}
 		} else {
 			p.RPush(ctx, key, b)
 			p.ExpireAt(ctx, key, r.d.ExpiresAt.Add(48*time.Hour))
@@ -165,17 +173,136 @@ func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields [
 	}
 	key := StatsKey(h.cfg.Namespace, r.sub)
 	for _, f := range fields {
-		p.HIncrBy(ctx, key, f, 1)
+		inc(key, f, 1)
 	}
 	if r.delivered {
-		// What asynq's ResultWriter does (HSET of the task hash's "result"
-		// field), but in this pipeline instead of a round trip of its own.
-		// TestPublishTwiceDeliversOnce reads it back through asynq.Inspector,
-		// so an asynq upgrade that moves the field fails a test.
-		p.HSet(ctx, "asynq:{"+h.cfg.Namespace+"}:t:"+r.taskID, "result", r.result)
-		p.HIncrBy(ctx, key, "e2e_sum_ms", r.e2e.Milliseconds())
-		p.HIncrBy(ctx, key, "late_sum_ms", r.late.Milliseconds())
+		// What asynq's ResultWriter does, but in this pipeline instead of a
+		// round trip of its own. TestPublishTwiceDeliversOnce reads it back
+		// through asynq.Inspector, so an asynq upgrade that moves the field
+		// fails a test.
+		resultScript.Eval(ctx, p, []string{"asynq:{" + h.cfg.Namespace + "}:t:" + r.taskID}, r.result)
+		inc(key, "e2e_sum_ms", r.e2e.Milliseconds())
+		inc(key, "late_sum_ms", r.late.Milliseconds())
 	}
+}
+
+// KEYS[1]: an asynq task hash. ARGV[1]: the result. Sets the hash's result
+// field if the task still exists: written after asynq completed the task, an
+// HSET alone would recreate the hash of a task kept without retention.
+var resultScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'result', ARGV[1]) end
+return 0`)
+
+// recorder writes finished runs' slot releases, attempts and counters to
+// Redis in batches: one pipeline for whatever finished while the previous
+// one was in flight, instead of a round trip per delivery. Dead letters do
+// not go through it: their ledger entry is written before asynq archives.
+type recorder struct {
+	h      *handler
+	mu     sync.RWMutex
+	closed bool
+	ch     chan recorded
+	done   chan struct{}
+}
+
+type recorded struct {
+	r      run
+	fields []string
+}
+
+func newRecorder(h *handler) *recorder {
+	return &recorder{h: h, ch: make(chan recorded, 1024), done: make(chan struct{})}
+}
+
+// add queues a run, or reports false once the recorder is closed.
+func (rc *recorder) add(x recorded) bool {
+	rc.mu.RLock()
+	defer rc.mu.RUnlock()
+	if rc.closed {
+		return false
+	}
+	rc.ch <- x
+	return true
+}
+
+// run writes batches until close. Slot releases, attempts and results go
+// out with the next batch; counters are summed here and flushed every
+// countFlush, since metrics do not need them sooner.
+func (rc *recorder) run() {
+	defer close(rc.done)
+	ctx := context.Background()
+	counts := map[[2]string]int64{}
+	inc := func(key, field string, n int64) { counts[[2]string{key, field}] += n }
+	flush := func() {
+		if len(counts) == 0 {
+			return
+		}
+		_, err := rc.h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for kf, n := range counts {
+				p.HIncrBy(ctx, kf[0], kf[1], n)
+			}
+			return nil
+		})
+		if err != nil {
+			rc.h.log.Warn("could not flush counters; will retry", "err", err)
+			return
+		}
+		clear(counts)
+	}
+	tick := time.NewTicker(countFlush)
+	defer tick.Stop()
+	batch := make([]recorded, 0, 256)
+	for {
+		var first recorded
+		var ok bool
+		select {
+		case <-tick.C:
+			flush()
+			continue
+		case first, ok = <-rc.ch:
+		}
+		if !ok {
+			flush()
+			return
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < cap(batch) {
+			select {
+			case x, ok := <-rc.ch:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, x)
+			default:
+				break fill
+			}
+		}
+		_, err := rc.h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range batch {
+				rc.h.count(ctx, p, &batch[i].r, batch[i].fields, inc)
+			}
+			return nil
+		})
+		if err != nil {
+			// A lost release costs the slot its ttl.
+			rc.h.log.Warn("could not record outcomes", "runs", len(batch), "err", err)
+		}
+	}
+}
+
+// countFlush is how often the recorder writes summed counters.
+const countFlush = 200 * time.Millisecond
+
+// close writes what is queued and stops; later runs are written one by one.
+func (rc *recorder) close() {
+	rc.mu.Lock()
+	if !rc.closed {
+		rc.closed = true
+		close(rc.ch)
+	}
+	rc.mu.Unlock()
+	<-rc.done
 }
 
 // writeDeadLetter queues the ledger entry of a dead run.

@@ -15,12 +15,13 @@ import (
 
 // Worker is hooklane's asynq server with the delivery handler.
 type Worker struct {
-	cfg     Config
-	srv     *asynq.Server
-	rdb     redis.UniversalClient
-	ownRDB  bool
-	handler asynq.Handler
-	stats   Stats
+	cfg      Config
+	srv      *asynq.Server
+	rdb      redis.UniversalClient
+	ownRDB   bool
+	handler  asynq.Handler
+	recorder *recorder
+	stats    Stats
 }
 
 // Stats returns the worker's live counters.
@@ -55,6 +56,8 @@ func New(cfg Config) (*Worker, error) {
 		Logger:                   asynqLogger{cfg.Logger},
 		LogLevel:                 asynq.WarnLevel,
 	})
+	h.recorder = newRecorder(h)
+	w.recorder = h.recorder
 	mux := asynq.NewServeMux()
 	mux.Handle(tasks.TypeDeliver, h)
 	w.handler = mux
@@ -66,6 +69,8 @@ func New(cfg Config) (*Worker, error) {
 // puts back the rest.
 func (w *Worker) Run(ctx context.Context) error {
 	w.warnAboutRedis(ctx)
+	go w.recorder.run()
+	defer w.recorder.close() // before the Redis client closes: its last batch goes out
 	if err := w.srv.Start(w.handler); err != nil {
 		return err
 	}
@@ -73,6 +78,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	w.cfg.Logger.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
 	w.srv.Shutdown()
+	w.recorder.close()
 	if w.ownRDB {
 		return w.rdb.Close()
 	}
