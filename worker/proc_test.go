@@ -107,7 +107,7 @@ func startProc(t testing.TB, redisURL, ns string, env ...string) *proc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("hooklane worker (pid %d) log:\n%s", p.cmd.Process.Pid, tail(p.log.String(), 40))
+			t.Logf("hooklane worker (pid %d) log:\n%s", p.cmd.Process.Pid, tail(p.log.String(), 40, "failed to dial"))
 		}
 	})
 	eventually(t, 10*time.Second, "hooklane worker to start", func() bool {
@@ -147,8 +147,15 @@ func (p *proc) wait(d time.Duration) bool {
 	}
 }
 
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+// tail returns the last lines of s, leaving out those containing skip
+// (go-redis logs every refused dial while Redis is down).
+func tail(s string, lines int, skip string) string {
+	var l []string
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if !strings.Contains(line, skip) {
+			l = append(l, line)
+		}
+	}
 	return strings.Join(l[max(len(l)-lines, 0):], "\n")
 }
 
@@ -337,20 +344,22 @@ func (c tally) String() string {
 func settle(t testing.TB, insp *asynq.Inspector, ns, sub string, ids []string, rc *receiver, timeout time.Duration) tally {
 	t.Helper()
 	state := map[string]asynq.TaskState{}
+	why := map[string]string{}
 	done := func() bool {
+		all := true
 		for _, id := range ids {
 			if s := state[id]; s == asynq.TaskStateCompleted || s == asynq.TaskStateArchived {
 				continue
 			}
+			all = false
 			info, err := insp.GetTaskInfo(ns, tasks.TaskID(sub, id))
 			if err != nil {
-				return false
+				why[id] = err.Error()
+				continue
 			}
-			if state[id] = info.State; info.State != asynq.TaskStateCompleted && info.State != asynq.TaskStateArchived {
-				return false
-			}
+			state[id], why[id] = info.State, info.LastErr
 		}
-		return true
+		return all
 	}
 	// Stop early when the queue has nothing left to run: a task that is
 	// neither there nor finished is gone and waiting will not bring it back.
@@ -382,7 +391,17 @@ func settle(t testing.TB, insp *asynq.Inspector, ns, sub string, ids []string, r
 			c.dead++
 		default:
 			c.lost = append(c.lost, id)
+			if len(c.lost) <= 5 {
+				t.Logf("not settled: %s: %s %s", id, stateName(state[id]), why[id])
+			}
 		}
 	}
 	return c
+}
+
+func stateName(s asynq.TaskState) string {
+	if s == 0 {
+		return "not found"
+	}
+	return s.String()
 }

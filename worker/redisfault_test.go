@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -54,8 +55,10 @@ func testRedisRestart(t *testing.T, kill bool) {
 	}
 	t.Cleanup(func() { r.Stop() })
 
+	// 50ms answers at 20 in flight: some deliveries always finish while
+	// Redis is down, so their completion is what has to survive.
 	rc := newReceiver(t, func(http.ResponseWriter, *http.Request, string) bool {
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 		return true
 	})
 	const ns = "redis-restart"
@@ -136,9 +139,22 @@ func testRedisRestart(t *testing.T, kill bool) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
 	defer rdb.Close()
-	c := settle(t, asynq.NewInspectorFromRedisClient(rdb), ns, "s", acked, rc, 60*time.Second)
+	// A task that Redis moved to active just as it went down, whose reply
+	// never reached the worker, is orphaned: asynq's lease recovery runs it
+	// again one to two minutes later. Wait for that, and count such tasks
+	// (a lost lease spends an attempt; nothing else here does).
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	start := time.Now()
+	c := settle(t, insp, ns, "s", acked, rc, 150*time.Second)
+	took := time.Since(start)
 	for _, id := range c.lost {
 		lost[id] = true
+	}
+	recovered := 0
+	for _, id := range acked {
+		if info, err := insp.GetTaskInfo(ns, tasks.TaskID("s", id)); err == nil && info.Retried > 0 {
+			recovered++
+		}
 	}
 	resumed := time.Duration(-1)
 	for _, h := range rc.got() {
@@ -148,8 +164,9 @@ func testRedisRestart(t *testing.T, kill bool) {
 		}
 	}
 	_, failed := count(time.Time{})
-	t.Logf("%s; %d publishes refused; Redis down %.2fs; worker delivering again %.2fs after Redis was back",
-		c, failed, back.Sub(fault).Seconds(), resumed.Seconds())
+	t.Logf("%s; %d publishes refused; Redis down %.2fs; worker delivering again %.2fs after Redis was back; "+
+		"%d orphaned by the outage and recovered by lease; settled %.1fs after the burst",
+		c, failed, back.Sub(fault).Seconds(), resumed.Seconds(), recovered, took.Seconds())
 	if !w.alive() {
 		t.Errorf("the worker exited during the Redis outage: %v", w.err)
 	}
@@ -160,8 +177,12 @@ func testRedisRestart(t *testing.T, kill bool) {
 		t.Errorf("tally does not add up: %s", c)
 	}
 	if !kill {
-		if len(c.lost) > 0 {
-			t.Errorf("a clean Redis restart lost %d acknowledged publishes: %v", len(c.lost), c.lost)
+		// No duplicates either: a delivery finished during the outage must
+		// be recorded when Redis is back, not left active for lease
+		// recovery to send again a minute or two later.
+		if len(c.lost) > 0 || c.duplicates > 0 {
+			t.Errorf("a clean Redis restart lost %d acknowledged publishes and caused %d duplicates: %v",
+				len(c.lost), c.duplicates, c.lost)
 		}
 		return
 	}
@@ -181,7 +202,7 @@ func testRedisRestart(t *testing.T, kill bool) {
 func TestPublishWhenRedisGoesAway(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const ns = "publish-cut"
+	ns := uniqueNS("publish-cut")
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
 	direct, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
@@ -262,12 +283,19 @@ func outcomes(res *producer.PublishResult) string {
 	return s
 }
 
+// freePort finds a port for a Redis that is restarted on it. It is taken
+// below Linux's ephemeral range (32768-60999), which a port from
+// Listen(":0") is not: while that Redis is down, a client's outgoing
+// connection could get the port as its own and keep Redis from coming back.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			l.Close()
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port in 20000-31999")
+	return 0
 }
