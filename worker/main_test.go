@@ -27,6 +27,8 @@ import (
 var redisAddr string
 
 func TestMain(m *testing.M) {
+	// The Redis-fault tests make go-redis log every refused dial.
+	redis.SetLogger(quietLogger{})
 	r, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -35,6 +37,9 @@ func TestMain(m *testing.M) {
 	redisAddr = r.Addr
 	code := m.Run()
 	r.Stop()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
 	os.Exit(code)
 }
 
@@ -174,3 +179,7 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}

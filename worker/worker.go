@@ -39,6 +39,14 @@ func New(cfg Config) (*Worker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("worker: REDIS_URL: %w", err)
 		}
+		// Ride out a Redis restart (typically a second or two) inside each
+		// command: 10 retries, 250ms to 1s apart, give up after 2.5s at the
+		// least and about 8s typically. asynq writes a task's next state
+		// (completed, retry, archived) once; on failure its syncer retries
+		// with a context that is already canceled (asynq v0.26 processor.go,
+		// `defer cancel()`), so a delivery finished during an outage would
+		// stay active until lease recovery and be sent again 1-2 min later.
+		opt.MaxRetries, opt.MinRetryBackoff, opt.MaxRetryBackoff = 10, 250*time.Millisecond, time.Second
 		w.rdb, w.ownRDB = redis.NewClient(opt), true
 	}
 	h := &handler{

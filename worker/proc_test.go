@@ -1,0 +1,407 @@
+package worker_test
+
+// Helpers for the crash and Redis-fault tests: the real hooklane binary run
+// as a subprocess, a TCP proxy that cuts a worker off from Redis at an exact
+// command, and a receiver that tells the events it accepted apart.
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/hooklane/hooklane/tasks"
+)
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// hooklaneBin builds the hooklane binary once per test run (TestMain
+// removes it) and returns its path.
+func hooklaneBin(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "hooklane-bin-"); binErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, "hooklane"), ".")
+		cmd.Dir = ".." // the module root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return filepath.Join(binDir, "hooklane")
+}
+
+// lockedBuffer collects a subprocess's output.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// proc is one `hooklane worker` process.
+type proc struct {
+	cmd  *exec.Cmd
+	log  *lockedBuffer
+	done chan struct{} // closed when it has exited
+	err  error         // Wait's result, set before done is closed
+}
+
+// crashEnv is the worker configuration of these tests: short polls and
+// backoff so that what is measured is hooklane and asynq's lease, not idle
+// intervals.
+var crashEnv = []string{
+	"HOOKLANE_POLL_INTERVAL=50ms",
+	"HOOKLANE_FORWARD_INTERVAL=100ms",
+	"HOOKLANE_BACKOFF_BASE=200ms",
+	"HOOKLANE_BACKOFF_MAX=1s",
+	"HOOKLANE_CONNECT_TIMEOUT=1s",
+	"HOOKLANE_REQUEST_TIMEOUT=10s",
+	"HOOKLANE_SHUTDOWN_TIMEOUT=2s",
+}
+
+// startProc runs `hooklane worker` on redisURL and namespace ns; env adds to
+// or overrides crashEnv. It returns once the worker logged that it started,
+// and kills it when the test ends. The log is shown if the test failed.
+func startProc(t testing.TB, redisURL, ns string, env ...string) *proc {
+	t.Helper()
+	p := &proc{log: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(hooklaneBin(t), "worker")
+	p.cmd.Env = append(append([]string{"REDIS_URL=" + redisURL, "HOOKLANE_NAMESPACE=" + ns}, crashEnv...), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("hooklane worker (pid %d) log:\n%s", p.cmd.Process.Pid, tail(p.log.String(), 40, "failed to dial"))
+		}
+	})
+	eventually(t, 10*time.Second, "hooklane worker to start", func() bool {
+		return strings.Contains(p.log.String(), "worker started") || !p.alive()
+	})
+	if !p.alive() {
+		t.Fatalf("hooklane worker exited at start (%v):\n%s", p.err, p.log.String())
+	}
+	return p
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill sends SIGKILL and waits for the exit. It returns when the signal was
+// sent.
+func (p *proc) kill() time.Time {
+	at := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+	return at
+}
+
+// wait waits at most d for the process to exit and reports whether it did.
+func (p *proc) wait(d time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// tail returns the last lines of s, leaving out those containing skip
+// (go-redis logs every refused dial while Redis is down).
+func tail(s string, lines int, skip string) string {
+	var l []string
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if !strings.Contains(line, skip) {
+			l = append(l, line)
+		}
+	}
+	return strings.Join(l[max(len(l)-lines, 0):], "\n")
+}
+
+// faultProxy forwards TCP connections from a worker to Redis. Armed with a
+// byte pattern, it stops at the first client write that contains it: that
+// write is not forwarded, trip runs (it kills the worker), and every
+// connection is closed and new ones refused. So the worker is stopped right
+// before one exact Redis command, whatever the timing.
+type faultProxy struct {
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	pattern []byte
+	trip    func()
+	tripped bool
+	conns   []net.Conn
+}
+
+func newFaultProxy(t testing.TB, target string) *faultProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &faultProxy{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.closeAll() })
+	return p
+}
+
+func (p *faultProxy) URL() string { return "redis://" + p.ln.Addr().String() + "/0" }
+
+// arm makes the proxy stop at the first command containing pattern.
+func (p *faultProxy) arm(pattern []byte, trip func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pattern, p.trip = pattern, trip
+}
+
+func (p *faultProxy) hasTripped() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tripped
+}
+
+func (p *faultProxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+func (p *faultProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		if err != nil || p.tripped {
+			p.mu.Unlock()
+			c.Close()
+			if s != nil {
+				s.Close()
+			}
+			continue
+		}
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(c, s); c.Close(); s.Close() }()
+		go p.forward(c, s)
+	}
+}
+
+// forward copies client writes to the server, checking each against the
+// armed pattern (with the previous write's tail, in case it straddles two).
+func (p *faultProxy) forward(c, s net.Conn) {
+	defer c.Close()
+	defer s.Close()
+	buf := make([]byte, 64<<10)
+	var prev []byte
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			return
+		}
+		chunk := buf[:n]
+		p.mu.Lock()
+		if p.tripped {
+			p.mu.Unlock()
+			return
+		}
+		k := len(p.pattern)
+		if k > 0 && bytes.Contains(append(prev, chunk...), p.pattern) {
+			p.tripped = true
+			p.trip()
+			for _, c := range p.conns {
+				c.Close()
+			}
+			p.mu.Unlock()
+			return
+		}
+		_, err = s.Write(chunk)
+		p.mu.Unlock()
+		if err != nil {
+			return
+		}
+		if k > 0 {
+			prev = append(prev, chunk...)
+			prev = slices.Clone(prev[max(len(prev)-k, 0):])
+		}
+	}
+}
+
+// respKeys is how keys that follow one another among a command's
+// arguments look on the wire (RESP bulk strings).
+func respKeys(keys ...string) []byte {
+	var b bytes.Buffer
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString("\r\n")
+		}
+		fmt.Fprintf(&b, "$%d\r\n%s", len(k), k)
+	}
+	b.WriteString("\r\n")
+	return b.Bytes()
+}
+
+// hit is one request a receiver got.
+type hit struct {
+	id       string // webhook-id
+	at       time.Time
+	accepted bool // the receiver took the event (answered 2xx, or acted on it before dying)
+}
+
+// receiver is an endpoint on 127.0.0.1 whose handle decides each answer and
+// says whether it accepted the event.
+type receiver struct {
+	*httptest.Server
+	mu   sync.Mutex
+	hits []hit
+}
+
+func newReceiver(t testing.TB, handle func(w http.ResponseWriter, r *http.Request, id string) (accepted bool)) *receiver {
+	rc := &receiver{}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		id := r.Header.Get("webhook-id")
+		rc.mu.Lock()
+		i := len(rc.hits)
+		rc.hits = append(rc.hits, hit{id: id, at: time.Now()})
+		rc.mu.Unlock()
+		ok := handle(w, r, id)
+		rc.mu.Lock()
+		rc.hits[i].accepted = ok
+		rc.mu.Unlock()
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *receiver) got() []hit {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return slices.Clone(rc.hits)
+}
+
+// tally is what became of a set of published events.
+type tally struct {
+	published, delivered, dead int
+	lost                       []string // neither completed nor archived (or gone from Redis)
+	duplicates                 int      // acceptances beyond the first, summed over events
+	requests                   int
+}
+
+func (c tally) String() string {
+	return fmt.Sprintf("published %d: delivered %d, dead %d, lost %d; %d requests, %d duplicates",
+		c.published, c.delivered, c.dead, len(c.lost), c.requests, c.duplicates)
+}
+
+// settle waits at most timeout for every event in ids (bound for sub) to
+// end completed or archived, then counts. A completed task whose event the
+// receiver never accepted is an error: it would be a silent loss.
+func settle(t testing.TB, insp *asynq.Inspector, ns, sub string, ids []string, rc *receiver, timeout time.Duration) tally {
+	t.Helper()
+	state := map[string]asynq.TaskState{}
+	why := map[string]string{}
+	done := func() bool {
+		all := true
+		for _, id := range ids {
+			if s := state[id]; s == asynq.TaskStateCompleted || s == asynq.TaskStateArchived {
+				continue
+			}
+			all = false
+			info, err := insp.GetTaskInfo(ns, tasks.TaskID(sub, id))
+			if err != nil {
+				why[id] = err.Error()
+				continue
+			}
+			state[id], why[id] = info.State, info.LastErr
+		}
+		return all
+	}
+	// Stop early when the queue has nothing left to run: a task that is
+	// neither there nor finished is gone and waiting will not bring it back.
+	idle := func() bool {
+		q, err := insp.GetQueueInfo(ns)
+		return err == nil && q.Pending+q.Active+q.Scheduled+q.Retry+q.Aggregating == 0
+	}
+	for deadline := time.Now().Add(timeout); !done() && !idle() && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	done() // states as they are now, not as when idle was seen
+	accepted := map[string]int{}
+	hits := rc.got()
+	for _, h := range hits {
+		if h.accepted {
+			accepted[h.id]++
+		}
+	}
+	c := tally{published: len(ids), requests: len(hits)}
+	for _, id := range ids {
+		c.duplicates += max(accepted[id]-1, 0)
+		switch state[id] {
+		case asynq.TaskStateCompleted:
+			c.delivered++
+			if accepted[id] == 0 {
+				t.Errorf("event %s completed but the receiver never accepted it", id)
+			}
+		case asynq.TaskStateArchived:
+			c.dead++
+		default:
+			c.lost = append(c.lost, id)
+			if len(c.lost) <= 5 {
+				t.Logf("not settled: %s: %s %s", id, stateName(state[id]), why[id])
+			}
+		}
+	}
+	return c
+}
+
+func stateName(s asynq.TaskState) string {
+	if s == 0 {
+		return "not found"
+	}
+	return s.String()
+}

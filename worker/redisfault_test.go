@@ -1,0 +1,301 @@
+package worker_test
+
+// Redis faults: Redis stopped or killed and restarted (AOF, everysec)
+// during a burst, and Redis going away in the middle of a publish.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+	"github.com/hooklane/hooklane/worker"
+)
+
+// durabilityWindow is how much of what Redis acknowledged a kill -9 may
+// take with it under appendfsync everysec (see deploy/redis.conf).
+const durabilityWindow = 2 * time.Second
+
+// TestRedisRestartDuringBurst publishes continuously to a worker process
+// while its Redis (AOF, everysec, as in deploy/redis.conf) is stopped and
+// restarted on the same port and data directory. Publishes during the
+// outage fail with ErrRedisUnavailable; every publish that succeeded is
+// delivered or dead-lettered; the worker rides the outage out on its own.
+func TestRedisRestartDuringBurst(t *testing.T) {
+	t.Parallel()
+	t.Run("sigterm", func(t *testing.T) { t.Parallel(); testRedisRestart(t, false) })
+	t.Run("kill-9", func(t *testing.T) { t.Parallel(); testRedisRestart(t, true) })
+}
+
+type publication struct {
+	id  string
+	at  time.Time // when Publish returned
+	err error
+}
+
+func testRedisRestart(t *testing.T, kill bool) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	port := freePort(t)
+	r, err := deploy.StartRedis(ctx, deploy.RedisOpts{Dir: dir, Port: port, AppendOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Stop() })
+
+	// 50ms answers at 20 in flight: some deliveries always finish while
+	// Redis is down, so their completion is what has to survive.
+	rc := newReceiver(t, func(http.ResponseWriter, *http.Request, string) bool {
+		time.Sleep(50 * time.Millisecond)
+		return true
+	})
+	const ns = "redis-restart"
+	p, err := producer.New(&producer.Config{RedisURL: r.URL, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 20}); err != nil {
+		t.Fatal(err)
+	}
+	w := startProc(t, r.URL, ns)
+
+	// The publisher: one event every few milliseconds, through the outage,
+	// until told to stop (at most 5,000).
+	var (
+		mu   sync.Mutex
+		pubs []publication
+		stop atomic.Bool
+		done = make(chan struct{})
+	)
+	count := func(since time.Time) (ok, failed int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, pb := range pubs {
+			switch {
+			case pb.at.Before(since):
+			case pb.err == nil:
+				ok++
+			default:
+				failed++
+			}
+		}
+		return ok, failed
+	}
+	go func() {
+		defer close(done)
+		for i := 0; i < 5000 && !stop.Load(); i++ {
+			id := fmt.Sprintf("e%04d", i)
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := p.Publish(cctx, tasks.Event{ID: id, Type: "t", Data: []byte(`1`)}, nil)
+			cancel()
+			mu.Lock()
+			pubs = append(pubs, publication{id: id, at: time.Now(), err: err})
+			mu.Unlock()
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	eventually(t, 10*time.Second, "publishes before the fault", func() bool { ok, _ := count(time.Time{}); return ok >= 150 })
+
+	fault := time.Now()
+	if kill {
+		r.Kill()
+	} else {
+		r.Stop()
+	}
+	// Down for a second at least, and seen to be down by the publisher.
+	eventually(t, 10*time.Second, "publishes failing while Redis is down", func() bool {
+		_, failed := count(fault)
+		return failed >= 10 && time.Since(fault) >= time.Second
+	})
+	if r, err = deploy.StartRedis(ctx, deploy.RedisOpts{Dir: dir, Port: port, AppendOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	eventually(t, 20*time.Second, "publishes after Redis is back", func() bool { ok, _ := count(back); return ok >= 150 })
+	stop.Store(true)
+	<-done
+
+	var acked []string
+	lost := map[string]bool{}
+	for _, pb := range pubs {
+		if pb.err == nil {
+			acked = append(acked, pb.id)
+		} else if !errors.Is(pb.err, producer.ErrRedisUnavailable) {
+			t.Errorf("publish %s failed with %v, want ErrRedisUnavailable", pb.id, pb.err)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rdb.Close()
+	// A task that Redis moved to active just as it went down, whose reply
+	// never reached the worker, is orphaned: asynq's lease recovery runs it
+	// again one to two minutes later. Wait for that, and count such tasks
+	// (a lost lease spends an attempt; nothing else here does).
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	start := time.Now()
+	c := settle(t, insp, ns, "s", acked, rc, 150*time.Second)
+	took := time.Since(start)
+	for _, id := range c.lost {
+		lost[id] = true
+	}
+	recovered := 0
+	for _, id := range acked {
+		if info, err := insp.GetTaskInfo(ns, tasks.TaskID("s", id)); err == nil && info.Retried > 0 {
+			recovered++
+		}
+	}
+	resumed := time.Duration(-1)
+	for _, h := range rc.got() {
+		if h.at.After(back) {
+			resumed = h.at.Sub(back)
+			break
+		}
+	}
+	_, failed := count(time.Time{})
+	t.Logf("%s; %d publishes refused; Redis down %.2fs; worker delivering again %.2fs after Redis was back; "+
+		"%d orphaned by the outage and recovered by lease; settled %.1fs after the burst",
+		c, failed, back.Sub(fault).Seconds(), resumed.Seconds(), recovered, took.Seconds())
+	if !w.alive() {
+		t.Errorf("the worker exited during the Redis outage: %v", w.err)
+	}
+	if resumed < 0 {
+		t.Error("no delivery after Redis came back")
+	}
+	if c.delivered+c.dead != len(acked)-len(c.lost) {
+		t.Errorf("tally does not add up: %s", c)
+	}
+	if !kill {
+		// No duplicates either: a delivery finished during the outage must
+		// be recorded when Redis is back, not left active for lease
+		// recovery to send again a minute or two later.
+		if len(c.lost) > 0 || c.duplicates > 0 {
+			t.Errorf("a clean Redis restart lost %d acknowledged publishes and caused %d duplicates: %v",
+				len(c.lost), c.duplicates, c.lost)
+		}
+		return
+	}
+	// kill -9: only what Redis acknowledged within the durability window
+	// before the kill may be gone.
+	for _, pb := range pubs {
+		if lost[pb.id] && fault.Sub(pb.at) > durabilityWindow {
+			t.Errorf("%s was acknowledged %v before Redis was killed and is lost", pb.id, fault.Sub(pb.at))
+		}
+	}
+}
+
+// TestPublishWhenRedisGoesAway cuts Redis off in the middle of a fan-out to
+// three subscribers. The caller gets ErrRedisUnavailable and a result that
+// says which deliveries were written; nothing else is in Redis; publishing
+// again completes the fan-out and each subscriber gets the event once.
+func TestPublishWhenRedisGoesAway(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := uniqueNS("publish-cut")
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	direct, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcs := map[string]*receiver{}
+	for _, id := range []string{"a", "b", "c"} {
+		rcs[id] = newReceiver(t, func(http.ResponseWriter, *http.Request, string) bool { return true })
+		if _, err := direct.PutSubscriber(ctx, tasks.Subscriber{ID: id, URL: rcs[id].URL}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy := newFaultProxy(t, redisAddr)
+	p, err := producer.New(&producer.Config{RedisURL: proxy.URL(), Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// Redis becomes unreachable just as b's task is about to be written.
+	proxy.arm(respKeys("asynq:{"+ns+"}:t:"+tasks.TaskID("b", "e1")), func() {})
+	ev := tasks.Event{ID: "e1", Type: "t", Data: []byte(`1`)}
+	start := time.Now()
+	res, err := p.Publish(ctx, ev, nil)
+	if !errors.Is(err, producer.ErrRedisUnavailable) {
+		t.Fatalf("Publish: %v, want ErrRedisUnavailable", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Publish took %v to report Redis gone", took)
+	}
+	if got := outcomes(res); got != "a:enqueued b:failed c:failed" {
+		t.Fatalf("outcomes %s, want a enqueued, b and c failed", got)
+	}
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	for _, sub := range []string{"b", "c"} {
+		if _, err := insp.GetTaskInfo(ns, tasks.TaskID(sub, "e1")); !errors.Is(err, asynq.ErrTaskNotFound) {
+			t.Errorf("task for %s after a failed publish: %v, want none", sub, err)
+		}
+	}
+	if _, err := p.Publish(ctx, ev, nil); !errors.Is(err, producer.ErrRedisUnavailable) {
+		t.Fatalf("Publish with Redis unreachable: %v, want ErrRedisUnavailable", err)
+	}
+
+	// Redis is back: the same publish completes what is missing.
+	res, err = direct.Publish(ctx, ev, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outcomes(res); got != "a:duplicate b:enqueued c:enqueued" {
+		t.Fatalf("outcomes on retry %s, want a duplicate, b and c enqueued", got)
+	}
+	defer startWorker(t, rdb, ns, worker.Config{})()
+	for id, rc := range rcs {
+		eventually(t, 10*time.Second, "delivery to "+id, func() bool { return len(rc.got()) > 0 })
+	}
+	eventually(t, 10*time.Second, "queue settled", func() bool {
+		q, err := insp.GetQueueInfo(ns)
+		return err == nil && q.Completed == 3 && q.Pending+q.Active+q.Scheduled+q.Retry == 0
+	})
+	for id, rc := range rcs {
+		if n := len(rc.got()); n != 1 {
+			t.Errorf("%s received %d requests, want 1", id, n)
+		}
+	}
+}
+
+func outcomes(res *producer.PublishResult) string {
+	if res == nil {
+		return "no result"
+	}
+	var s string
+	for i, tg := range res.Targets {
+		if i > 0 {
+			s += " "
+		}
+		s += tg.SubscriberID + ":" + string(tg.Outcome)
+	}
+	return s
+}
+
+// freePort finds a port for a Redis that is restarted on it. It is taken
+// below Linux's ephemeral range (32768-60999), which a port from
+// Listen(":0") is not: while that Redis is down, a client's outgoing
+// connection could get the port as its own and keep Redis from coming back.
+func freePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			l.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port in 20000-31999")
+	return 0
+}
