@@ -89,6 +89,7 @@ var crashEnv = []string{
 	"HOOKLANE_CONNECT_TIMEOUT=1s",
 	"HOOKLANE_REQUEST_TIMEOUT=10s",
 	"HOOKLANE_SHUTDOWN_TIMEOUT=2s",
+	"HOOKLANE_ALLOWED_CIDRS=127.0.0.0/8", // the receivers are on loopback
 }
 
 // startProc runs `hooklane worker` on redisURL and namespace ns; env adds to
