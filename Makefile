@@ -28,8 +28,11 @@ bench: redis-server ## load harness (deploy/BENCHMARKS.md), ~5 min; scale with B
 bench-deferral: redis-server ## deferral benchmark: 5,000 events to one subscriber at 100/s
 	$(GO) test -run '^$$' -bench ThrottledBacklog -benchtime 1x ./worker/
 
-fuzz: ## fuzz Retry-After parsing for 30s
-	$(GO) test -run '^$$' -fuzz FuzzParseRetryAfter -fuzztime 30s ./limits/
+fuzz: redis-server ## run each fuzz target for 15s (make test runs their seed corpora)
+	$(GO) test -run '^$$' -fuzz FuzzParseRetryAfter -fuzztime 15s ./limits/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeDelivery -fuzztime 15s ./tasks/
+	$(GO) test -run '^$$' -fuzz FuzzAPIRequests -fuzztime 15s ./web/
+	$(GO) test -run '^$$' -fuzz FuzzRedact -fuzztime 15s ./web/
 
 redis-server: ## install redis-server with apt-get when it is missing
 	@command -v redis-server >/dev/null || { \
