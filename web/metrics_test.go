@@ -19,6 +19,9 @@ func scrape(t *testing.T, b *bundle) map[string]*dto.MetricFamily {
 	if r.status != 200 {
 		t.Fatalf("/metrics: %d %s", r.status, r.body)
 	}
+	if strings.Contains(string(r.body), "whsec_") {
+		t.Fatal("/metrics shows a signing secret")
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(r.body)))
 	if err != nil {

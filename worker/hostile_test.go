@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -201,5 +202,48 @@ func TestTooManyRequestsStormStaysInItsLane(t *testing.T) {
 	}
 	if len(a) > int(elapsed.Seconds())+2 {
 		t.Fatalf("%d storm requests in %v", len(a), elapsed)
+	}
+}
+
+// Whatever happens to a delivery, the worker's logs (debug level) and the
+// dead-letter ledger never carry a signing secret or the URL's query token.
+func TestSecretsStayOutOfLogsAndLedger(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	b := setup(t, worker.Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
+	ok := newSink(t, nil)
+	bad := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	p, err := deploy.NewRefusingPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	subs := []tasks.Subscriber{
+		b.put(t, tasks.Subscriber{ID: "ok", URL: ok.URL + "?token=hunter2", EventTypes: []string{"a"}}),
+		b.put(t, tasks.Subscriber{ID: "bad", URL: bad.URL + "?token=hunter2", EventTypes: []string{"b"}, MaxAttempts: 2}),
+		b.put(t, tasks.Subscriber{ID: "down", URL: "http://" + p.Addr + "/?token=hunter2", EventTypes: []string{"c"}, MaxAttempts: 1}),
+	}
+	for _, typ := range []string{"a", "b", "c"} {
+		b.publish(t, "e-"+typ, typ)
+	}
+	var dl []tasks.DeadLetter
+	eventually(t, 10*time.Second, "two dead letters and a delivery", func() bool {
+		dl, _ = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{})
+		return len(dl) == 2 && ok.count() == 1
+	})
+	ledger := fmt.Sprintf("%+v", dl)
+	for _, s := range subs {
+		for _, sec := range s.Secrets {
+			if strings.Contains(logs.String(), sec) || strings.Contains(ledger, sec) {
+				t.Fatalf("secret of %s found in the logs or the ledger", s.ID)
+			}
+		}
+	}
+	if strings.Contains(logs.String(), "hunter2") || strings.Contains(ledger, "hunter2") {
+		t.Fatalf("URL token in the logs or ledger:\n%s\n%s", logs.String(), ledger)
+	}
+	if !strings.Contains(ledger, "REDACTED") {
+		t.Fatalf("the refused connection's error should name the redacted URL: %s", ledger)
 	}
 }
