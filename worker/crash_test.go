@@ -205,15 +205,18 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 		url = proxy.URL()
 	}
 	w = startProc(t, url, ns)
+	trip := func() {
+		now := time.Now()
+		killed.Store(&now)
+		_ = w.cmd.Process.Signal(syscall.SIGKILL)
+	}
 	go func() {
 		id := <-firstCh
 		switch point {
 		case beforeCooldown: // the cooldown script: one key, the cooldown key
-			pattern := append([]byte("$1\r\n1\r\n"), respKeys(coolKey)...)
-			proxy.arm(pattern, func() { now := time.Now(); killed.Store(&now); _ = w.cmd.Process.Signal(syscall.SIGKILL) })
+			proxy.arm(append([]byte("$1\r\n1\r\n"), respKeys(coolKey)...), trip)
 		case beforeReschedule: // asynq's retry script on this task
-			pattern := respKeys(q+"t:"+tasks.TaskID("s", id), q+"active", q+"lease", q+"retry")
-			proxy.arm(pattern, func() { now := time.Now(); killed.Store(&now); _ = w.cmd.Process.Signal(syscall.SIGKILL) })
+			proxy.arm(respKeys(q+"t:"+tasks.TaskID("s", id), q+"active", q+"lease", q+"retry"), trip)
 		}
 		close(armed)
 	}()
