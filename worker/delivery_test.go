@@ -55,8 +55,9 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 	}
 }
 
+// Not parallel: the window check measures arrival times to tens of
+// milliseconds, and the package's other tests would load both cores.
 func TestRateLimitHolds(t *testing.T) {
-	t.Parallel()
 	const n, rate, burst = 200, 20, 5
 	b := setup(t, worker.Config{})
 	s := newSink(t, nil)
@@ -69,9 +70,9 @@ func TestRateLimitHolds(t *testing.T) {
 	if len(a) != n {
 		t.Fatalf("%d deliveries, want %d", len(a), n)
 	}
-	// No window may hold more than burst + rate·t arrivals. 10ms of slack
+	// No window may hold more than burst + rate·t arrivals. 20ms of slack
 	// covers the gap between the limiter's decision and the sink's clock.
-	const slack = 10 * time.Millisecond
+	const slack = 20 * time.Millisecond
 	for i := range a {
 		for j := i; j < len(a); j++ {
 			window := a[j].at.Sub(a[i].at) + slack
