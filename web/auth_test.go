@@ -6,10 +6,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/web"
 )
 
@@ -220,4 +222,43 @@ func TestServeStopsOnCancel(t *testing.T) {
 	if _, err := http.Get("http://" + ln.Addr().String() + "/healthz"); err == nil {
 		t.Fatal("still answering after shutdown")
 	}
+}
+
+// The web process rides out a Redis outage: /readyz reports it, /healthz
+// does not, and both recover on their own when Redis is back.
+func TestReadinessFollowsRedis(t *testing.T) {
+	dir := t.TempDir()
+	r, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{Dir: dir, AppendOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := r.Addr[strings.LastIndex(r.Addr, ":")+1:]
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisURL: r.URL, Namespace: "ready", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	defer s.Close()
+	status := func(path string) int {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	eventually(t, 5*time.Second, "ready", func() bool { return status("/readyz") == 200 })
+	r.Stop()
+	eventually(t, 10*time.Second, "not ready while Redis is down", func() bool { return status("/readyz") == 503 })
+	if got := status("/healthz"); got != 200 {
+		t.Fatalf("/healthz %d while Redis is down; the process is up", got)
+	}
+	p, _ := strconv.Atoi(port)
+	r, err = deploy.StartRedis(context.Background(), deploy.RedisOpts{Dir: dir, Port: p, AppendOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	eventually(t, 10*time.Second, "ready again", func() bool { return status("/readyz") == 200 })
 }

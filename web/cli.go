@@ -23,7 +23,7 @@ const CLIUsage = `operator commands (over the API at $HOOKLANE_URL, default http
   hooklane subscribers put ID -url URL [-events a,b.*] [-rate N -burst N -period 1s] [-max-in-flight N] [-max-attempts N] [-secret whsec_…]
   hooklane subscribers rotate ID [-grace 24h]
   hooklane dead-letters list [-subscriber ID] [-limit N]
-  hooklane dead-letters replay -subscriber ID | -id TASK_ID [-id …] | -all`
+  hooklane dead-letters replay -subscriber ID | -id TASK_ID [-id …] | -all  [-since T] [-until T]`
 
 // ErrUsage is returned for a command line CLI does not understand.
 var ErrUsage = errors.New("usage")
@@ -191,10 +191,26 @@ func deadLettersCLI(ctx context.Context, c *Client, args []string, out func(any,
 		var ids stringList
 		fs.Var(&ids, "id", "task id <subscriber>:<event> (repeatable)")
 		all := fs.Bool("all", false, "replay every dead letter")
+		since := fs.String("since", "", "only those dead at or after this RFC 3339 time")
+		until := fs.String("until", "", "only those dead before this RFC 3339 time")
 		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
 			return fmt.Errorf("%w: dead-letters replay: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
 		}
-		return out(c.Replay(ctx, ReplayRequest{Subscriber: *sub, IDs: ids, All: *all}))
+		req := ReplayRequest{Subscriber: *sub, IDs: ids, All: *all}
+		for _, f := range []struct {
+			name, v string
+			dst     *time.Time
+		}{{"since", *since, &req.Since}, {"until", *until, &req.Until}} {
+			if f.v == "" {
+				continue
+			}
+			t, err := time.Parse(time.RFC3339, f.v)
+			if err != nil {
+				return fmt.Errorf("%w: dead-letters replay: -%s: want an RFC 3339 time such as 2026-11-29T08:00:00Z", ErrUsage, f.name)
+			}
+			*f.dst = t
+		}
+		return out(c.Replay(ctx, req))
 	}
 	return fmt.Errorf("%w: dead-letters %s", ErrUsage, args[0])
 }

@@ -198,3 +198,42 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 }
+
+func TestReplayByTimeRange(t *testing.T) {
+	b := setup(t, fastRetries)
+	s := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": s.URL, "max_attempts": 1})
+	var list struct {
+		DeadLetters []tasks.DeadLetter `json:"dead_letters"`
+	}
+	dead := func(n int) func() bool {
+		return func() bool {
+			json.Unmarshal(b.call(t, "GET", "/v1/dead-letters", nil).body, &list)
+			return len(list.DeadLetters) == n
+		}
+	}
+	b.call(t, "POST", "/v1/events", `{"id":"early","type":"t","data":1}`)
+	eventually(t, 10*time.Second, "first dead letter", dead(1))
+	cut := list.DeadLetters[0].DeadAt.Add(time.Millisecond)
+	for time.Now().Before(cut.Add(5 * time.Millisecond)) { // the ledger keeps milliseconds
+		time.Sleep(time.Millisecond)
+	}
+	b.call(t, "POST", "/v1/events", `{"id":"late","type":"t","data":1}`)
+	eventually(t, 10*time.Second, "second dead letter", dead(2))
+
+	r := b.call(t, "POST", "/v1/dead-letters/replay", map[string]any{"since": cut.Format(time.RFC3339Nano)})
+	var res struct {
+		Outcomes []producer.ReplayOutcome `json:"outcomes"`
+	}
+	if err := json.Unmarshal(r.body, &res); err != nil || r.status != 200 || len(res.Outcomes) != 1 || res.Outcomes[0].TaskID != "s:late" {
+		t.Fatalf("replay since %v: %d %s", cut, r.status, r.body)
+	}
+	r = b.call(t, "POST", "/v1/dead-letters/replay", map[string]any{"until": cut.Format(time.RFC3339Nano)})
+	if err := json.Unmarshal(r.body, &res); err != nil || r.status != 200 || len(res.Outcomes) != 1 || res.Outcomes[0].TaskID != "s:early" {
+		t.Fatalf("replay until %v: %d %s", cut, r.status, r.body)
+	}
+	r = b.call(t, "POST", "/v1/dead-letters/replay", map[string]any{"since": cut.Format(time.RFC3339Nano), "until": cut.Add(-time.Hour).Format(time.RFC3339Nano)})
+	if code, field := r.errorOf(t); r.status != 422 || code != "invalid" || field != "until" {
+		t.Fatalf("inverted range: %d %s", r.status, r.body)
+	}
+}

@@ -105,11 +105,13 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
 
 // ReplayRequest is the body of POST /v1/dead-letters/replay: the dead
 // letters of one subscriber, or those with the given task ids, or (All)
-// every one.
+// every one; Since and Until narrow any of these to a time range.
 type ReplayRequest struct {
-	Subscriber string   `json:"subscriber,omitempty"`
-	IDs        []string `json:"ids,omitempty"`
-	All        bool     `json:"all,omitempty"`
+	Subscriber string    `json:"subscriber,omitempty"`
+	IDs        []string  `json:"ids,omitempty"`
+	All        bool      `json:"all,omitempty"`
+	Since      time.Time `json:"since,omitzero"` // dead at or after
+	Until      time.Time `json:"until,omitzero"` // dead before
 }
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
@@ -117,9 +119,12 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, 1<<20, &req); err != nil {
 		return err
 	}
-	if req.Subscriber == "" && len(req.IDs) == 0 && !req.All {
+	if req.Subscriber == "" && len(req.IDs) == 0 && !req.All && req.Since.IsZero() && req.Until.IsZero() {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "subscriber",
-			`name a subscriber, ids, or "all": true to replay every dead letter`)
+			`name a subscriber, ids, a since/until range, or "all": true to replay every dead letter`)
+	}
+	if !req.Since.IsZero() && !req.Until.IsZero() && !req.Since.Before(req.Until) {
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "until", "until must be after since")
 	}
 	if req.Subscriber != "" && tasks.ValidateSubscriberID(req.Subscriber) != nil {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "subscriber", "not a subscriber id")
@@ -127,7 +132,8 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
 	if len(req.IDs) > 10_000 {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "ids", "at most 10000 per call")
 	}
-	out, err := s.p.Replay(r.Context(), producer.DeadLetterQuery{Subscriber: req.Subscriber, IDs: req.IDs})
+	out, err := s.p.Replay(r.Context(), producer.DeadLetterQuery{Subscriber: req.Subscriber, IDs: req.IDs,
+		Since: req.Since, Until: req.Until})
 	if out == nil {
 		out = []producer.ReplayOutcome{}
 	}
