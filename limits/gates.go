@@ -160,12 +160,8 @@ func (g *Gates) Admit(ctx context.Context, subscribers, paused, sub string, l Li
 	return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 }
 
-// Release frees a slot taken by Acquire.
-func (g *Gates) Release(ctx context.Context, sub, token string) error {
-	return g.rdb.ZRem(ctx, g.inflightKey(sub), token).Err()
-}
-
-// ReleaseIn queues Release on a pipeline.
+// ReleaseIn queues the release of an in-flight slot taken by Admit on a
+// pipeline: the worker frees slots with its other writes after a request.
 func (g *Gates) ReleaseIn(ctx context.Context, p redis.Pipeliner, sub, token string) {
 	p.ZRem(ctx, g.inflightKey(sub), token)
 }

@@ -76,7 +76,7 @@ func TestAdmitCapsInFlightAndExpiresSlots(t *testing.T) {
 	if a := admit(); !a.Busy {
 		t.Fatalf("third with max 2: %+v, want busy", a)
 	}
-	if err := g.Release(ctx, "s", first.Token); err != nil {
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error { g.ReleaseIn(ctx, p, "s", first.Token); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if a := admit(); !a.Admitted() {

@@ -119,7 +119,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	}
 	// finish records a cooldown before record releases the slot, so no task
 	// waiting for this slot can send after a 429.
-	return h.finish(ctx, &d, &sub, resp)
+	return h.finish(ctx, &d, &sub, resp, r.retried)
 }
 
 // subscriber returns the subscriber's endpoint, secrets and limits from a
@@ -213,16 +213,15 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 }
 
 // finish turns the endpoint's answer into the task's next state.
-func (h *handler) finish(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, r response) error {
-	retried, _ := asynq.GetRetryCount(ctx)
-	maxAttempts, _ := asynq.GetMaxRetry(ctx)
+func (h *handler) finish(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, r response, retried int) error {
 	attempt := retried + 1
-	log := h.log.With("subscriber_id", sub.ID, "event_id", d.Event.ID, "attempt", attempt)
-
 	if r.err == nil && r.status/100 == 2 {
-		log.Debug("delivered", "status", r.status, "latency_ms", r.latency.Milliseconds())
+		h.log.Debug("delivered", "subscriber_id", sub.ID, "event_id", d.Event.ID, "attempt", attempt,
+			"status", r.status, "latency_ms", r.latency.Milliseconds())
 		return nil
 	}
+	maxAttempts, _ := asynq.GetMaxRetry(ctx)
+	log := h.log.With("subscriber_id", sub.ID, "event_id", d.Event.ID, "attempt", attempt)
 
 	what := describe(r)
 	if errors.Is(r.err, ErrForbiddenAddress) {

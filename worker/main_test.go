@@ -67,26 +67,10 @@ func setup(t testing.TB, cfg worker.Config) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Redis, cfg.Namespace = rdb, ns
-	if cfg.AllowedCIDRs == nil {
-		cfg.AllowedCIDRs = loopback // the sinks are on 127.0.0.1
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	w, err := worker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	w, stop := startWorker(t, rdb, ns, cfg)
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker.Run: %v", err)
-		}
+		stop()
 		rdb.Close()
 	})
 	return &bundle{ns: ns, rdb: rdb, p: p, w: w, insp: insp}
@@ -117,6 +101,33 @@ func (b *bundle) counter(t testing.TB, sub, field string) int64 {
 		t.Fatal(err)
 	}
 	return st[field]
+}
+
+// startWorker runs a worker on ns (sinks on loopback allowed and logs
+// dropped unless cfg says otherwise) until the returned stop is called;
+// stop returns when Run has.
+func startWorker(t testing.TB, rdb *redis.Client, ns string, cfg worker.Config) (*worker.Worker, func()) {
+	t.Helper()
+	cfg.Redis, cfg.Namespace = rdb, ns
+	if cfg.AllowedCIDRs == nil {
+		cfg.AllowedCIDRs = loopback // the sinks are on 127.0.0.1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return w, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("worker.Run: %v", err)
+		}
+	}
 }
 
 // settled reports whether nothing in the namespace's queue is still to run.

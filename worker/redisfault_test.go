@@ -254,7 +254,8 @@ func TestPublishWhenRedisGoesAway(t *testing.T) {
 	if got := outcomes(res); got != "a:duplicate b:enqueued c:enqueued" {
 		t.Fatalf("outcomes on retry %s, want a duplicate, b and c enqueued", got)
 	}
-	defer startWorker(t, rdb, ns, worker.Config{})()
+	_, stop := startWorker(t, rdb, ns, worker.Config{})
+	defer stop()
 	for id, rc := range rcs {
 		eventually(t, 10*time.Second, "delivery to "+id, func() bool { return len(rc.got()) > 0 })
 	}

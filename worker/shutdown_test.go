@@ -3,8 +3,6 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -17,26 +15,6 @@ import (
 	"github.com/hooklane/hooklane/worker"
 )
 
-// startWorker runs a worker on ns until the returned stop is called; stop
-// returns when Run has.
-func startWorker(t *testing.T, rdb *redis.Client, ns string, cfg worker.Config) (stop func()) {
-	cfg.Redis, cfg.Namespace, cfg.AllowedCIDRs = rdb, ns, loopback
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	w, err := worker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}
-}
-
 func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 	t.Parallel()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
@@ -48,7 +26,7 @@ func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 	if _, err := p.PutSubscriber(context.Background(), tasks.Subscriber{ID: "s", URL: s.URL}); err != nil {
 		t.Fatal(err)
 	}
-	stop := startWorker(t, rdb, ns, worker.Config{ShutdownTimeout: 10 * time.Second})
+	_, stop := startWorker(t, rdb, ns, worker.Config{ShutdownTimeout: 10 * time.Second})
 	publishOne(t, p, "e")
 	<-entered
 	stop() // as on SIGTERM, while the request is held open
@@ -74,7 +52,7 @@ func TestShutdownRequeuesWhatCannotFinish(t *testing.T) {
 	if _, err := p.PutSubscriber(context.Background(), tasks.Subscriber{ID: "s", URL: s.URL}); err != nil {
 		t.Fatal(err)
 	}
-	stop := startWorker(t, rdb, ns, worker.Config{ShutdownTimeout: time.Second})
+	_, stop := startWorker(t, rdb, ns, worker.Config{ShutdownTimeout: time.Second})
 	publishOne(t, p, "e")
 	<-entered
 	start := time.Now()
@@ -87,7 +65,7 @@ func TestShutdownRequeuesWhatCannotFinish(t *testing.T) {
 		t.Fatalf("after shutdown the task is %v (%v), want pending (requeued)", info.State, err)
 	}
 	// A new worker picks it up: nothing was lost.
-	stop = startWorker(t, rdb, ns, worker.Config{})
+	_, stop = startWorker(t, rdb, ns, worker.Config{})
 	defer stop()
 	eventually(t, 10*time.Second, "redelivery", func() bool { return s.count() == 2 })
 }
