@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +24,7 @@ type Redis struct {
 	Dir  string
 	cmd  *exec.Cmd
 	done chan struct{}
+	tmp  bool // Dir was made by StartRedis: Stop removes it
 }
 
 // RedisOpts configures StartRedis.
@@ -35,13 +38,30 @@ type RedisOpts struct {
 }
 
 // StartRedis starts redis-server on 127.0.0.1 and waits until it answers.
-// It fails with a hint when redis-server is not installed.
+// It fails with a hint when redis-server is not installed. With no Port it
+// picks a free one, and another if that was taken before Redis bound it.
 func StartRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
+	if o.Port != 0 {
+		return startRedis(ctx, o)
+	}
+	var errs []error
+	for range 3 {
+		r, err := startRedis(ctx, o)
+		if err == nil {
+			return r, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+func startRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New("redis-server not found: install it (apt-get install -y redis-server) or set REDIS_URL")
 	}
-	if o.Dir == "" {
+	tmp := o.Dir == ""
+	if tmp {
 		if o.Dir, err = os.MkdirTemp("", "hooklane-redis-"); err != nil {
 			return nil, err
 		}
@@ -53,7 +73,7 @@ func StartRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
 		return nil, err
 	}
 	if o.Port == 0 {
-		if o.Port, err = freePort(); err != nil {
+		if o.Port, err = FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -72,7 +92,7 @@ func StartRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(o.Port)), Dir: o.Dir, cmd: cmd, done: make(chan struct{})}
+	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(o.Port)), Dir: o.Dir, cmd: cmd, done: make(chan struct{}), tmp: tmp}
 	r.URL = "redis://" + r.Addr + "/0"
 	go func() { _ = cmd.Wait(); close(r.done) }()
 
@@ -95,11 +115,18 @@ func StartRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
 			return nil, errors.New("redis-server did not listen within 10s")
 		}
 	}
+	// The answer must come from this process, not from another server that
+	// took the port first (this one then exits, unable to bind).
 	c := redis.NewClient(&redis.Options{Addr: r.Addr})
 	defer c.Close()
-	if err := c.Ping(ctx).Err(); err != nil {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
 		r.Stop()
-		return nil, fmt.Errorf("redis-server does not answer PING: %w", err)
+		return nil, fmt.Errorf("redis-server does not answer: %w", err)
+	}
+	if !strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+		r.Stop()
+		return nil, fmt.Errorf("another server answers on %s", r.Addr)
 	}
 	return r, nil
 }
@@ -115,7 +142,8 @@ func LocalRedis(ctx context.Context, dir string) (*Redis, error) {
 	return StartRedis(ctx, RedisOpts{Dir: dir, Port: 6379, AppendOnly: true})
 }
 
-// Stop terminates the server and waits for it to exit.
+// Stop terminates the server and waits for it to exit. A data directory
+// StartRedis made itself is removed.
 func (r *Redis) Stop() {
 	if r.cmd == nil {
 		return
@@ -127,6 +155,9 @@ func (r *Redis) Stop() {
 		_ = r.cmd.Process.Kill()
 		<-r.done
 	}
+	if r.tmp {
+		os.RemoveAll(r.Dir)
+	}
 }
 
 // Kill ends the server at once, as a crash would (SIGKILL).
@@ -135,11 +166,17 @@ func (r *Redis) Kill() {
 	<-r.done
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// FreePort returns a free 127.0.0.1 port below Linux's ephemeral range
+// (32768-60999), unlike Listen(":0"). A server restarted on its port needs
+// that: while it is down, a client's outgoing connection could otherwise
+// be given the port as its own and keep the server from coming back.
+func FreePort() (int, error) {
+	for range 200 {
+		port := 20000 + rand.IntN(12000)
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			l.Close()
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free port in 20000-31999")
 }

@@ -2,9 +2,6 @@ package limits
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,28 +9,22 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 )
 
-var rdb *redis.Client
+var redisSrv *deploy.Redis
 
 func TestMain(m *testing.M) {
-	r, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	rdb = redis.NewClient(&redis.Options{Addr: r.Addr})
-	code := m.Run()
-	rdb.Close()
-	r.Stop()
-	os.Exit(code)
+	testkit.Main(m, &redisSrv)
 }
 
-var nsSeq atomic.Int64
-
+// newGates returns gates in a namespace of the test's own, on a client it
+// closes when the test ends.
 func newGates(t *testing.T) *Gates {
 	t.Parallel()
-	return NewGates(rdb, fmt.Sprintf("t%d", nsSeq.Add(1)))
+	c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { c.Close() })
+	return NewGates(c, testkit.Namespace("t"))
 }
 
 func TestCooldownKeepsLater(t *testing.T) {
@@ -52,7 +43,7 @@ func TestCooldownKeepsLater(t *testing.T) {
 // function that runs Admit for it.
 func admitter(t *testing.T, l Limit, maxInFlight int, ttl time.Duration) (*Gates, func() Admission) {
 	g := newGates(t)
-	if err := rdb.HSet(context.Background(), g.ns+":subscribers", "s", "{}").Err(); err != nil {
+	if err := g.rdb.HSet(context.Background(), g.ns+":subscribers", "s", "{}").Err(); err != nil {
 		t.Fatal(err)
 	}
 	return g, func() Admission {
@@ -76,20 +67,14 @@ func TestAdmitCapsInFlightAndExpiresSlots(t *testing.T) {
 	if a := admit(); !a.Busy {
 		t.Fatalf("third with max 2: %+v, want busy", a)
 	}
-	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error { g.ReleaseIn(ctx, p, "s", first.Token); return nil }); err != nil {
+	if _, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { g.ReleaseIn(ctx, p, "s", first.Token); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if a := admit(); !a.Admitted() {
 		t.Fatalf("after release: %+v", a)
 	}
 	// second was never released, as by a crashed worker: it frees itself.
-	deadline := time.Now().Add(5 * time.Second)
-	for !admit().Admitted() {
-		if time.Now().After(deadline) {
-			t.Fatal("expired slot was not reclaimed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the expired slot reclaimed", func() bool { return admit().Admitted() })
 }
 
 func TestAdmitRefusals(t *testing.T) {
@@ -102,15 +87,15 @@ func TestAdmitRefusals(t *testing.T) {
 	if a := admit(); !a.CoolUntil.Equal(until) || a.Admitted() {
 		t.Fatalf("during cooldown: %+v, want cooling until %v", a, until)
 	}
-	rdb.SAdd(ctx, g.ns+":paused", "s")
+	g.rdb.SAdd(ctx, g.ns+":paused", "s")
 	if a := admit(); !a.Paused {
 		t.Fatalf("paused: %+v", a)
 	}
-	rdb.HDel(ctx, g.ns+":subscribers", "s")
+	g.rdb.HDel(ctx, g.ns+":subscribers", "s")
 	if a := admit(); !a.Unknown {
 		t.Fatalf("deleted: %+v", a)
 	}
-	if n, _ := rdb.ZCard(ctx, g.inflightKey("s")).Result(); n != 0 {
+	if n, _ := g.rdb.ZCard(ctx, g.inflightKey("s")).Result(); n != 0 {
 		t.Fatalf("refusals took %d slots", n)
 	}
 }
@@ -131,7 +116,7 @@ func TestAdmitRateLimit(t *testing.T) {
 func TestAdmitSharesLimitWithRedisRate(t *testing.T) {
 	l := Limit{Rate: 5, Burst: 4, Period: time.Second}
 	g, admit := admitter(t, l, 100, time.Minute)
-	lim := redis_rate.NewLimiter(rdb)
+	lim := redis_rate.NewLimiter(g.rdb)
 	ctx := context.Background()
 	for i := range 2 {
 		if a := admit(); !a.Admitted() {

@@ -5,35 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
 
-var redisURL string
+var redisSrv *deploy.Redis
 
-func TestMain(m *testing.M) {
-	r, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisURL = r.URL
-	code := m.Run()
-	r.Stop()
-	os.Exit(code)
-}
-
-var nsSeq atomic.Int64
+func TestMain(m *testing.M) { testkit.Main(m, &redisSrv) }
 
 type bundle struct {
 	p    *producer.Producer
@@ -43,12 +30,12 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Parallel()
-	ns := fmt.Sprintf("p%d", nsSeq.Add(1))
-	p, err := producer.New(&producer.Config{RedisURL: redisURL, Namespace: ns})
+	ns := testkit.Namespace("p")
+	p, err := producer.New(&producer.Config{RedisURL: redisSrv.URL, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: strings.TrimSuffix(strings.TrimPrefix(redisURL, "redis://"), "/0")})
+	insp := asynq.NewInspector(asynq.RedisClientOpt{Addr: redisSrv.Addr})
 	t.Cleanup(func() { p.Close(); insp.Close() })
 	return &bundle{p: p, ns: ns, insp: insp}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/web"
 )
 
@@ -84,7 +85,7 @@ func TestAuthRefusedOnEveryProtectedPath(t *testing.T) {
 
 func TestMetricsToken(t *testing.T) {
 	t.Parallel()
-	s, err := web.New(web.Config{Token: token, MetricsToken: "metrics-token-0123456789", RedisURL: redisURL, Namespace: "mt", Logger: quiet})
+	s, err := web.New(web.Config{Token: token, MetricsToken: "metrics-token-0123456789", RedisURL: redisSrv.URL, Namespace: "mt", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestConfigRefusesToStartWithoutToken(t *testing.T) {
 		{":8080", token, true},
 		{"nonsense", token, false},
 	} {
-		s, err := web.New(web.Config{Addr: tt.addr, Token: tt.token, RedisURL: redisURL, Logger: quiet})
+		s, err := web.New(web.Config{Addr: tt.addr, Token: tt.token, RedisURL: redisSrv.URL, Logger: quiet})
 		if (err == nil) != tt.ok {
 			t.Errorf("addr %q token %q: err %v, want ok=%v", tt.addr, tt.token, err, tt.ok)
 		}
@@ -139,7 +140,7 @@ func TestConfigRefusesToStartWithoutToken(t *testing.T) {
 // name — a DNS-rebinding page — is refused.
 func TestNoTokenServesLoopbackHostsOnly(t *testing.T) {
 	t.Parallel()
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", RedisURL: redisURL, Namespace: "notoken", Logger: quiet})
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", RedisURL: redisSrv.URL, Namespace: "notoken", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestRedisDownIs503(t *testing.T) {
 // Serve answers until its context ends (SIGTERM), then returns.
 func TestServeStopsOnCancel(t *testing.T) {
 	t.Parallel()
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", RedisURL: redisURL, Logger: quiet})
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", RedisURL: redisSrv.URL, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,9 +249,9 @@ func TestReadinessFollowsRedis(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	eventually(t, 5*time.Second, "ready", func() bool { return status("/readyz") == 200 })
+	testkit.Eventually(t, 5*time.Second, "ready", func() bool { return status("/readyz") == 200 })
 	r.Stop()
-	eventually(t, 10*time.Second, "not ready while Redis is down", func() bool { return status("/readyz") == 503 })
+	testkit.Eventually(t, 10*time.Second, "not ready while Redis is down", func() bool { return status("/readyz") == 503 })
 	if got := status("/healthz"); got != 200 {
 		t.Fatalf("/healthz %d while Redis is down; the process is up", got)
 	}
@@ -260,5 +261,5 @@ func TestReadinessFollowsRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Stop()
-	eventually(t, 10*time.Second, "ready again", func() bool { return status("/readyz") == 200 })
+	testkit.Eventually(t, 10*time.Second, "ready again", func() bool { return status("/readyz") == 200 })
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/web"
 )
 
@@ -29,7 +30,7 @@ func (b *bundle) cli(t *testing.T, out any, args ...string) error {
 
 func TestCLI(t *testing.T) {
 	b := setup(t, fastRetries)
-	s := newSink(t, func(w http.ResponseWriter, n int) {
+	s := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
 		if n < 1 {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
@@ -57,7 +58,7 @@ func TestCLI(t *testing.T) {
 	var dead []struct {
 		TaskID string `json:"task_id"`
 	}
-	eventually(t, 10*time.Second, "a dead letter", func() bool {
+	testkit.Eventually(t, 10*time.Second, "a dead letter", func() bool {
 		return b.cli(t, &dead, "dead-letters", "list", "-subscriber", "s") == nil && len(dead) == 1
 	})
 	var outcomes []struct{ TaskID, Outcome string }
@@ -65,9 +66,9 @@ func TestCLI(t *testing.T) {
 		len(outcomes) != 1 || outcomes[0].Outcome != "enqueued" {
 		t.Fatalf("replay: %+v, %v", outcomes, err)
 	}
-	eventually(t, 10*time.Second, "redelivery", func() bool { return len(s.got()) == 2 })
+	testkit.Eventually(t, 10*time.Second, "redelivery", func() bool { return len(s.Got()) == 2 })
 	var st web.Status
-	eventually(t, 10*time.Second, "the delivery counted", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the delivery counted", func() bool {
 		return b.cli(t, &st, "subscribers", "status", "s") == nil && st.Counts.Delivered == 1
 	})
 	if err := b.cli(t, &sub, "subscribers", "rotate", "s", "-grace", "1h"); err != nil || len(sub.Secrets) != 1 || len(sub.RetiringUntil) != 1 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
@@ -28,7 +29,7 @@ func targets(t *testing.T, r response) map[string]string {
 
 func TestPublishIsIdempotentAndBodyMatchesSDK(t *testing.T) {
 	b := setup(t, fastRetries)
-	s := newSink(t, nil)
+	s := testkit.NewSink(t, nil)
 	b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": s.URL})
 	b.call(t, "PUT", "/v1/subscribers/other", map[string]any{"url": s.URL, "event_types": []string{"billing.*"}})
 
@@ -48,18 +49,18 @@ func TestPublishIsIdempotentAndBodyMatchesSDK(t *testing.T) {
 	if _, err := b.p.Publish(t.Context(), sdk, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "two deliveries", func() bool { return len(s.got()) >= 2 })
-	eventually(t, 10*time.Second, "the queue to settle", func() bool {
+	testkit.Eventually(t, 10*time.Second, "two deliveries", func() bool { return len(s.Got()) >= 2 })
+	testkit.Eventually(t, 10*time.Second, "the queue to settle", func() bool {
 		q, err := b.insp.GetQueueInfo(b.ns)
 		return err == nil && q.Pending+q.Active+q.Scheduled+q.Retry == 0
 	})
-	got := s.got()
+	got := s.Got()
 	if len(got) != 2 {
 		t.Fatalf("%d deliveries, want 2: one per event id, nothing twice", len(got))
 	}
 	bodies := map[string]string{}
 	for _, a := range got {
-		bodies[a.header.Get("webhook-id")] = string(a.body)
+		bodies[a.Header.Get("webhook-id")] = string(a.Body)
 	}
 	if bodies["evt_1"] != ev {
 		t.Fatalf("API body %s\nwant %s", bodies["evt_1"], ev)
@@ -76,11 +77,11 @@ func TestPublishIsIdempotentAndBodyMatchesSDK(t *testing.T) {
 	if got := targets(t, r); r.status != 202 || got["other"] != "enqueued" {
 		t.Fatalf("send to one subscriber: %d %s", r.status, r.body)
 	}
-	eventually(t, 10*time.Second, "evt_3", func() bool { return len(s.got()) == 3 })
+	testkit.Eventually(t, 10*time.Second, "evt_3", func() bool { return len(s.Got()) == 3 })
 	var third tasks.Event
-	json.Unmarshal(s.got()[2].body, &third)
+	json.Unmarshal(s.Got()[2].Body, &third)
 	if time.Since(third.Timestamp) > time.Minute || string(third.Data) != "null" {
-		t.Fatalf("evt_3 body %s", s.got()[2].body)
+		t.Fatalf("evt_3 body %s", s.Got()[2].Body)
 	}
 }
 
@@ -108,7 +109,7 @@ func TestNotBeforeSchedules(t *testing.T) {
 func TestDeadLettersAndReplay(t *testing.T) {
 	b := setup(t, fastRetries)
 	var healthy atomic.Bool
-	s := newSink(t, func(w http.ResponseWriter, _ int) {
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
 		if !healthy.Load() {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
@@ -120,7 +121,7 @@ func TestDeadLettersAndReplay(t *testing.T) {
 	var list struct {
 		DeadLetters []tasks.DeadLetter `json:"dead_letters"`
 	}
-	eventually(t, 15*time.Second, "two dead letters", func() bool {
+	testkit.Eventually(t, 15*time.Second, "two dead letters", func() bool {
 		r := b.call(t, "GET", "/v1/dead-letters?subscriber=s", nil)
 		json.Unmarshal(r.body, &list)
 		return r.status == 200 && len(list.DeadLetters) == 2
@@ -145,10 +146,10 @@ func TestDeadLettersAndReplay(t *testing.T) {
 		t.Fatalf("replay by subscriber: %d %s", r.status, r.body)
 	}
 	// 2 failed attempts for each event, then one delivery each, with the same id.
-	eventually(t, 10*time.Second, "redeliveries", func() bool { return len(s.got()) == 6 })
+	testkit.Eventually(t, 10*time.Second, "redeliveries", func() bool { return len(s.Got()) == 6 })
 	ids := []string{}
-	for _, a := range s.got()[4:] {
-		ids = append(ids, a.header.Get("webhook-id"))
+	for _, a := range s.Got()[4:] {
+		ids = append(ids, a.Header.Get("webhook-id"))
 	}
 	slices.Sort(ids)
 	if !slices.Equal(ids, []string{"e1", "e2"}) {
@@ -167,7 +168,7 @@ func TestDeadLettersAndReplay(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	b := setup(t, fastRetries)
-	s := newSink(t, func(w http.ResponseWriter, n int) {
+	s := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
 		if n > 0 { // the first request is delivered, then the endpoint throttles
 			w.Header().Set("Retry-After", "30")
 			w.WriteHeader(http.StatusTooManyRequests)
@@ -176,7 +177,7 @@ func TestStatus(t *testing.T) {
 	b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": s.URL, "max_in_flight": 3,
 		"rate_limit": map[string]any{"rate": 50, "burst": 50, "period": "1s"}})
 	b.call(t, "POST", "/v1/events", `{"id":"e1","type":"t","data":1}`)
-	eventually(t, 10*time.Second, "first delivery", func() bool { return len(s.got()) == 1 })
+	testkit.Eventually(t, 10*time.Second, "first delivery", func() bool { return len(s.Got()) == 1 })
 	b.call(t, "POST", "/v1/events", `{"id":"e2","type":"t","data":1}`)
 	b.call(t, "POST", "/v1/events", `{"id":"e3","type":"t","data":1}`)
 
@@ -187,7 +188,7 @@ func TestStatus(t *testing.T) {
 		RateLimit    map[string]any `json:"rate_limit"`
 		Counts       map[string]int64
 	}
-	eventually(t, 10*time.Second, "both events waiting on Retry-After", func() bool {
+	testkit.Eventually(t, 10*time.Second, "both events waiting on Retry-After", func() bool {
 		r := b.call(t, "GET", "/v1/subscribers/s/status", nil)
 		json.Unmarshal(r.body, &st)
 		// Counters reach Redis within the worker's flush interval.
@@ -201,7 +202,7 @@ func TestStatus(t *testing.T) {
 
 func TestReplayByTimeRange(t *testing.T) {
 	b := setup(t, fastRetries)
-	s := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
 	b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": s.URL, "max_attempts": 1})
 	var list struct {
 		DeadLetters []tasks.DeadLetter `json:"dead_letters"`
@@ -213,13 +214,13 @@ func TestReplayByTimeRange(t *testing.T) {
 		}
 	}
 	b.call(t, "POST", "/v1/events", `{"id":"early","type":"t","data":1}`)
-	eventually(t, 10*time.Second, "first dead letter", dead(1))
+	testkit.Eventually(t, 10*time.Second, "first dead letter", dead(1))
 	cut := list.DeadLetters[0].DeadAt.Add(time.Millisecond)
 	for time.Now().Before(cut.Add(5 * time.Millisecond)) { // the ledger keeps milliseconds
 		time.Sleep(time.Millisecond)
 	}
 	b.call(t, "POST", "/v1/events", `{"id":"late","type":"t","data":1}`)
-	eventually(t, 10*time.Second, "second dead letter", dead(2))
+	testkit.Eventually(t, 10*time.Second, "second dead letter", dead(2))
 
 	r := b.call(t, "POST", "/v1/dead-letters/replay", map[string]any{"since": cut.Format(time.RFC3339Nano)})
 	var res struct {

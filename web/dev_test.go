@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/web"
 )
 
@@ -17,8 +18,8 @@ import (
 func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env := map[string]string{"REDIS_URL": redisURL, "PORT": "0", "HOOKLANE_NAMESPACE": "devdemo"}
-	var out lockedBuffer
+	env := map[string]string{"REDIS_URL": redisSrv.URL, "PORT": "0", "HOOKLANE_NAMESPACE": "devdemo"}
+	var out testkit.Buffer
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -27,13 +28,13 @@ func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 	}()
 	banner := regexp.MustCompile(`asynqmon UI\s+(http://127\.0\.0\.1:\d+)/monitoring/\s+\(user: anything, password: (\S+)\)`)
 	var m []string
-	eventually(t, 30*time.Second, "the banner", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the banner", func() bool {
 		m = banner.FindStringSubmatch(out.String())
 		return m != nil
 	})
 	c := web.NewClient(m[1], m[2])
 
-	eventually(t, 60*time.Second, "fast deliveries, 429s and dead letters", func() bool {
+	testkit.Eventually(t, 60*time.Second, "fast deliveries, 429s and dead letters", func() bool {
 		fast, err1 := c.Status(ctx, "demo-fast")
 		limited, err2 := c.Status(ctx, "demo-limited")
 		dead, err3 := c.DeadLetters(ctx, "demo-down", 0)

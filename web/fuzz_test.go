@@ -29,7 +29,7 @@ func FuzzAPIRequests(f *testing.F) {
 			f.Add(path, []byte(seed))
 		}
 	}
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisURL: redisURL, Namespace: "fuzz", Logger: quiet})
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisURL: redisSrv.URL, Namespace: "fuzz", Logger: quiet})
 	if err != nil {
 		f.Fatal(err)
 	}

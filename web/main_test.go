@@ -4,15 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,28 +16,17 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/web"
 	"github.com/hooklane/hooklane/worker"
 )
 
-var redisURL, redisAddr string
+var redisSrv *deploy.Redis
 
-func TestMain(m *testing.M) {
-	r, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisURL, redisAddr = r.URL, r.Addr
-	code := m.Run()
-	r.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testkit.Main(m, &redisSrv) }
 
 const token = "test-token-0123456789abcdef"
-
-var nsSeq atomic.Int64
 
 // bundle is one test's web server (over real HTTP on 127.0.0.1), its
 // namespace, and when asked a worker delivering in that namespace.
@@ -59,13 +44,13 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func setup(t *testing.T, wcfg *worker.Config) *bundle {
 	t.Helper()
 	t.Parallel()
-	ns := fmt.Sprintf("web%d", nsSeq.Add(1))
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisURL: redisURL, Namespace: ns, Logger: quiet})
+	ns := testkit.Namespace("web")
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisURL: redisSrv.URL, Namespace: ns, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := &bundle{ns: ns, srv: httptest.NewServer(s.Handler())}
-	b.rdb = redis.NewClient(&redis.Options{Addr: redisAddr})
+	b.rdb = redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	b.p, _ = producer.New(&producer.Config{Redis: b.rdb, Namespace: ns})
 	b.insp = asynq.NewInspectorFromRedisClient(b.rdb)
 	t.Cleanup(func() { b.srv.Close(); s.Close(); b.rdb.Close() })
@@ -154,74 +139,8 @@ func (b *bundle) callAuth(t *testing.T, method, path string, body any, auth func
 	return response{status: resp.StatusCode, header: resp.Header, body: out}
 }
 
-// arrival is one request a sink received.
-type arrival struct {
-	header http.Header
-	body   []byte
-}
-
-// sink is a receiver on 127.0.0.1 that records requests and answers with
-// respond (200 when nil).
-type sink struct {
-	*httptest.Server
-	mu       sync.Mutex
-	arrivals []arrival
-}
-
-func newSink(t *testing.T, respond func(w http.ResponseWriter, n int)) *sink {
-	s := &sink{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		s.mu.Lock()
-		n := len(s.arrivals)
-		s.arrivals = append(s.arrivals, arrival{header: r.Header.Clone(), body: body})
-		s.mu.Unlock()
-		if respond != nil {
-			respond(w, n)
-		}
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *sink) got() []arrival {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]arrival(nil), s.arrivals...)
-}
-
-// eventually polls cond every 20ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func newServer(t *testing.T, h http.Handler) *httptest.Server {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
-}
-
-// lockedBuffer is written by a goroutine under test while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *lockedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lockedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

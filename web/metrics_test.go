@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -62,16 +63,16 @@ next:
 
 func TestMetricsAfterDeliveries(t *testing.T) {
 	b := setup(t, fastRetries)
-	fast := newSink(t, nil)
+	fast := testkit.NewSink(t, nil)
 	var throttled atomic.Int64
-	angry := newSink(t, func(w http.ResponseWriter, n int) {
+	angry := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
 		if n == 0 {
 			throttled.Add(1)
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
 	})
-	down := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusBadGateway) })
+	down := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusBadGateway) })
 	b.call(t, "PUT", "/v1/subscribers/fast", map[string]any{"url": fast.URL, "event_types": []string{"a"}})
 	b.call(t, "PUT", "/v1/subscribers/angry", map[string]any{"url": angry.URL, "event_types": []string{"b"}})
 	b.call(t, "PUT", "/v1/subscribers/down", map[string]any{"url": down.URL, "event_types": []string{"c"}, "max_attempts": 1})
@@ -84,7 +85,7 @@ func TestMetricsAfterDeliveries(t *testing.T) {
 	nb := time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano)
 	b.call(t, "POST", "/v1/events", `{"id":"5","type":"a","data":1,"not_before":"`+nb+`"}`)
 
-	eventually(t, 20*time.Second, "every outcome counted", func() bool {
+	testkit.Eventually(t, 20*time.Second, "every outcome counted", func() bool {
 		fams := scrape(t, b)
 		d, _, _ := value(fams, "hooklane_deliveries_total", map[string]string{"subscriber": "fast", "outcome": "delivered"})
 		a, _, _ := value(fams, "hooklane_deliveries_total", map[string]string{"subscriber": "angry", "outcome": "delivered"})

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
@@ -21,14 +22,14 @@ func BenchmarkThrottledBacklog(b *testing.B) {
 	const n, rate, burst = 5000, 100, 20
 	for range b.N {
 		bd := setup(b, worker.Config{})
-		s := newSink(b, nil)
+		s := testkit.NewSink(b, nil)
 		bd.put(b, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: rate, Burst: burst, Period: time.Second}})
 		for i := range n {
 			bd.publish(b, fmt.Sprintf("e%05d", i), "t")
 		}
-		eventually(b, 3*n/rate*time.Second, "all deliveries", func() bool { return s.count() >= n })
-		a := s.got()
-		steady := float64(n-burst-1) / a[n-1].at.Sub(a[burst].at).Seconds()
+		testkit.Eventually(b, 3*n/rate*time.Second, "all deliveries", func() bool { return s.Count() >= n })
+		a := s.Got()
+		steady := float64(n-burst-1) / a[n-1].At.Sub(a[burst].At).Seconds()
 		runs := float64(bd.w.Stats().Runs.Load()) / float64(n)
 		b.ReportMetric(steady, "deliveries/s")
 		b.ReportMetric(steady/rate, "share-of-limit")

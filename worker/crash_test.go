@@ -21,6 +21,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
@@ -36,7 +37,7 @@ type crashBundle struct {
 
 func newCrashBundle(t testing.TB, ns string, sub tasks.Subscriber) *crashBundle {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { rdb.Close() })
 	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
 	if err != nil {
@@ -99,35 +100,35 @@ func TestKill9(t *testing.T) {
 func crashWhileHeld(t *testing.T) func(*testing.T) {
 	var holding atomic.Bool
 	holding.Store(true)
-	rc := newReceiver(t, func(_ http.ResponseWriter, r *http.Request, _ string) bool {
+	rc := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, _ string) bool {
 		if holding.Load() {
 			<-r.Context().Done() // the worker is gone before we answer
 		}
 		return true
 	})
 	const n, maxInFlight = 30, 10
-	b := newCrashBundle(t, uniqueNS("kill-held"), tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: maxInFlight})
+	b := newCrashBundle(t, testkit.Namespace("kill-held-"), tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: maxInFlight})
 	w := startProc(t, redisURL(), b.ns)
 	ids := b.publishN(t, "h", n)
-	eventually(t, 10*time.Second, "requests held open", func() bool { return len(rc.got()) >= maxInFlight })
+	testkit.Eventually(t, 10*time.Second, "requests held open", func() bool { return len(rc.Got()) >= maxInFlight })
 	killed := w.kill()
 	holding.Store(false)
 	held := map[string]bool{}
-	for _, h := range rc.got() {
-		held[h.id] = true
+	for _, h := range rc.Got() {
+		held[h.ID] = true
 	}
 	startProc(t, redisURL(), b.ns)
 
 	return func(t *testing.T) {
 		c := settle(t, b.insp, b.ns, "s", ids, rc, 150*time.Second)
 		recovered, others := time.Duration(-1), time.Duration(0)
-		for _, h := range rc.got() {
+		for _, h := range rc.Got() {
 			switch {
-			case !h.at.After(killed):
-			case held[h.id] && recovered < 0:
-				recovered = h.at.Sub(killed)
-			case !held[h.id]:
-				others = max(others, h.at.Sub(killed))
+			case !h.At.After(killed):
+			case held[h.ID] && recovered < 0:
+				recovered = h.At.Sub(killed)
+			case !held[h.ID]:
+				others = max(others, h.At.Sub(killed))
 			}
 		}
 		t.Logf("%s; %d held at the kill; first redelivery of a held event %.1fs after kill -9; "+
@@ -168,7 +169,7 @@ const (
 // recovered task that forgot the deadline would arrive early.
 func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 	const retryAfter = 70 * time.Second
-	ns := uniqueNS(fmt.Sprintf("kill-429-%d", point))
+	ns := testkit.Namespace(fmt.Sprintf("kill-429-%d-", point))
 	var (
 		mu       sync.Mutex
 		deadline time.Time
@@ -176,7 +177,7 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 		firstCh  = make(chan string, 1)
 		armed    = make(chan struct{})
 	)
-	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request, id string) bool {
+	rc := testkit.NewReceiver(t, func(w http.ResponseWriter, _ *http.Request, id string) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		now := time.Now()
@@ -201,7 +202,7 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 	var killed atomic.Pointer[time.Time]
 	url := redisURL()
 	if point != afterReschedule {
-		proxy = newFaultProxy(t, redisAddr)
+		proxy = newFaultProxy(t, redisSrv.Addr)
 		url = proxy.URL()
 	}
 	w = startProc(t, url, ns)
@@ -224,7 +225,7 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 
 	switch point {
 	case afterReschedule:
-		eventually(t, 10*time.Second, "throttled task in retry", func() bool {
+		testkit.Eventually(t, 10*time.Second, "throttled task in retry", func() bool {
 			mu.Lock()
 			id := first
 			mu.Unlock()
@@ -234,7 +235,7 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 		at := w.kill()
 		killed.Store(&at)
 	default:
-		eventually(t, 10*time.Second, "the proxy to kill the worker", proxy.hasTripped)
+		testkit.Eventually(t, 10*time.Second, "the proxy to kill the worker", proxy.hasTripped)
 		if !w.wait(5 * time.Second) {
 			t.Fatal("worker still running after SIGKILL")
 		}
@@ -260,12 +261,12 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 		mu.Unlock()
 		var early []string
 		var again time.Duration
-		for i, h := range rc.got() {
-			if i > 0 && h.at.Before(dl) {
-				early = append(early, fmt.Sprintf("%s at kill+%.1fs (%.1fs early)", h.id, h.at.Sub(killedAt).Seconds(), dl.Sub(h.at).Seconds()))
+		for i, h := range rc.Got() {
+			if i > 0 && h.At.Before(dl) {
+				early = append(early, fmt.Sprintf("%s at kill+%.1fs (%.1fs early)", h.ID, h.At.Sub(killedAt).Seconds(), dl.Sub(h.At).Seconds()))
 			}
-			if i > 0 && h.id == firstID && again == 0 {
-				again = h.at.Sub(killedAt)
+			if i > 0 && h.ID == firstID && again == 0 {
+				again = h.At.Sub(killedAt)
 			}
 		}
 		info, _ := b.insp.GetTaskInfo(ns, tasks.TaskID("s", firstID))
@@ -291,7 +292,7 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 func TestSIGTERMDuringBurst(t *testing.T) {
 	t.Parallel()
 	var stopping atomic.Bool
-	rc := newReceiver(t, func(_ http.ResponseWriter, r *http.Request, id string) bool {
+	rc := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, id string) bool {
 		if stopping.Load() {
 			return true
 		}
@@ -302,15 +303,15 @@ func TestSIGTERMDuringBurst(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		return true
 	})
-	b := newCrashBundle(t, uniqueNS("sigterm-burst"), tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 20})
+	b := newCrashBundle(t, testkit.Namespace("sigterm-burst-"), tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 20})
 	w := startProc(t, redisURL(), b.ns)
 	ids := append(b.publishN(t, "slow", 5), b.publishN(t, "fast", 200)...)
-	eventually(t, 10*time.Second, "slow requests held and fast ones delivered", func() bool {
+	testkit.Eventually(t, 10*time.Second, "slow requests held and fast ones delivered", func() bool {
 		slow, fast := 0, 0
-		for _, h := range rc.got() {
-			if strings.HasPrefix(h.id, "slow") {
+		for _, h := range rc.Got() {
+			if strings.HasPrefix(h.ID, "slow") {
 				slow++
-			} else if h.accepted {
+			} else if h.Accepted {
 				fast++
 			}
 		}
@@ -358,7 +359,4 @@ func TestSIGTERMDuringBurst(t *testing.T) {
 	}
 }
 
-func redisURL() string { return "redis://" + redisAddr + "/0" }
-
-// uniqueNS keeps runs apart on the package's Redis (go test -count=N).
-func uniqueNS(prefix string) string { return fmt.Sprintf("%s-%d", prefix, nsSeq.Add(1)) }
+func redisURL() string { return "redis://" + redisSrv.Addr + "/0" }

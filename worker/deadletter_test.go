@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
@@ -21,7 +22,7 @@ func TestDeadLetterLedgerAndReplay(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, worker.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
 	var healthy atomic.Bool
-	s := newSink(t, func(w http.ResponseWriter, _ int) {
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
 		if !healthy.Load() {
 			w.Header().Set("Retry-After", "soon") // unusable: a counted failure
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -30,7 +31,7 @@ func TestDeadLetterLedgerAndReplay(t *testing.T) {
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 2})
 	b.publish(t, "e1", "video.trending")
 	var dl []tasks.DeadLetter
-	eventually(t, 10*time.Second, "ledger entry", func() bool {
+	testkit.Eventually(t, 10*time.Second, "ledger entry", func() bool {
 		dl, _ = b.p.DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: "s"})
 		return len(dl) == 1
 	})
@@ -44,8 +45,8 @@ func TestDeadLetterLedgerAndReplay(t *testing.T) {
 	if err != nil || len(out) != 1 || out[0].Outcome != producer.Enqueued {
 		t.Fatalf("Replay = %+v, %v", out, err)
 	}
-	eventually(t, 10*time.Second, "redelivery", func() bool { return s.count() == 3 })
-	if got := s.got()[2].header.Get("webhook-id"); got != "e1" {
+	testkit.Eventually(t, 10*time.Second, "redelivery", func() bool { return s.Count() == 3 })
+	if got := s.Got()[2].Header.Get("webhook-id"); got != "e1" {
 		t.Fatalf("replayed webhook-id %q, want the same event id e1", got)
 	}
 	if dl, _ := b.p.DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: "s"}); len(dl) != 0 {
@@ -77,7 +78,7 @@ func TestLedgerOutlivesArchiveTrim(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, worker.Config{})
 	var healthy atomic.Bool
-	s := newSink(t, func(w http.ResponseWriter, _ int) {
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
 		if !healthy.Load() {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
@@ -92,7 +93,7 @@ func TestLedgerOutlivesArchiveTrim(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	eventually(t, 2*time.Minute, "all dead", func() bool { return b.w.Stats().Dead.Load() == n })
+	testkit.Eventually(t, 2*time.Minute, "all dead", func() bool { return b.w.Stats().Dead.Load() == n })
 	q, err := b.insp.GetQueueInfo(b.ns)
 	if err != nil || q.Archived > 10_000 {
 		t.Fatalf("asynq archive holds %d (%v); the test expects asynq's trim to at most 10,000", q.Archived, err)
@@ -112,5 +113,5 @@ func TestLedgerOutlivesArchiveTrim(t *testing.T) {
 			t.Fatalf("replay of %s: %s %s", o.TaskID, o.Outcome, o.Error)
 		}
 	}
-	eventually(t, 2*time.Minute, "all redelivered", func() bool { return b.w.Stats().Delivered.Load() == n })
+	testkit.Eventually(t, 2*time.Minute, "all redelivered", func() bool { return b.w.Stats().Delivered.Load() == n })
 }

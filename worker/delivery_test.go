@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
@@ -22,7 +23,7 @@ import (
 func TestPublishTwiceDeliversOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
-	s := newSink(t, nil)
+	s := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
 
 	if r := b.publish(t, "evt_1", "video.trending"); r.Targets[0].Outcome != producer.Enqueued {
@@ -32,7 +33,7 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 		t.Fatalf("second publish: %s", r.Targets[0].Outcome)
 	}
 	id := tasks.TaskID("s", "evt_1")
-	eventually(t, 10*time.Second, "completion", func() bool {
+	testkit.Eventually(t, 10*time.Second, "completion", func() bool {
 		info, err := b.insp.GetTaskInfo(b.ns, id)
 		return err == nil && info.State == asynq.TaskStateCompleted
 	})
@@ -40,12 +41,12 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 	if r := b.publish(t, "evt_1", "video.trending"); r.Targets[0].Outcome != producer.Duplicate {
 		t.Fatalf("publish after completion: %s", r.Targets[0].Outcome)
 	}
-	eventually(t, 5*time.Second, "queue settled", func() bool { return b.settled(t) })
-	if n := s.count(); n != 1 {
+	testkit.Eventually(t, 5*time.Second, "queue settled", func() bool { return b.settled(t) })
+	if n := s.Count(); n != 1 {
 		t.Fatalf("sink received %d requests, want exactly 1", n)
 	}
 	var info *asynq.TaskInfo
-	eventually(t, 5*time.Second, "result written", func() bool {
+	testkit.Eventually(t, 5*time.Second, "result written", func() bool {
 		info, _ = b.insp.GetTaskInfo(b.ns, id)
 		return info != nil && len(info.Result) > 0
 	})
@@ -60,13 +61,13 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 func TestRateLimitHolds(t *testing.T) {
 	const n, rate, burst = 200, 20, 5
 	b := setup(t, worker.Config{})
-	s := newSink(t, nil)
+	s := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: rate, Burst: burst, Period: time.Second}})
 	for i := range n {
 		b.publish(t, fmt.Sprintf("e%03d", i), "t")
 	}
-	eventually(t, 30*time.Second, "200 deliveries", func() bool { return s.count() >= n })
-	a := s.got()
+	testkit.Eventually(t, 30*time.Second, "200 deliveries", func() bool { return s.Count() >= n })
+	a := s.Got()
 	if len(a) != n {
 		t.Fatalf("%d deliveries, want %d", len(a), n)
 	}
@@ -75,19 +76,19 @@ func TestRateLimitHolds(t *testing.T) {
 	const slack = 20 * time.Millisecond
 	for i := range a {
 		for j := i; j < len(a); j++ {
-			window := a[j].at.Sub(a[i].at) + slack
+			window := a[j].At.Sub(a[i].At) + slack
 			if allowed := burst + rate*window.Seconds(); float64(j-i+1) > allowed {
 				t.Fatalf("%d arrivals in %v (from #%d), limit allows %.1f", j-i+1, window, i, allowed)
 			}
 		}
 	}
-	steady := float64(n-burst-1) / a[n-1].at.Sub(a[burst].at).Seconds()
+	steady := float64(n-burst-1) / a[n-1].At.Sub(a[burst].At).Seconds()
 	if steady < rate*0.95 || steady > rate*1.05 {
 		t.Fatalf("steady rate %.2f/s, want within 5%% of %d/s", steady, rate)
 	}
 	t.Logf("steady rate %.2f/s; %d handler runs for %d deliveries", steady, b.w.Stats().Runs.Load(), n)
 	// The sink sees a request before the worker records its outcome.
-	eventually(t, 5*time.Second, "outcomes recorded", func() bool { return b.counter(t, "s", "delivered") == n })
+	testkit.Eventually(t, 5*time.Second, "outcomes recorded", func() bool { return b.counter(t, "s", "delivered") == n })
 	st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, "s")
 	var hist int64
 	for _, le := range worker.LatencyBuckets {
@@ -100,16 +101,15 @@ func TestRateLimitHolds(t *testing.T) {
 
 func testRetryAfter(t *testing.T, header func(received time.Time) (value string, deadline time.Time)) {
 	b := setup(t, worker.Config{})
-	var deadline time.Time
-	s := newSink(t, nil)
-	s.respond = func(w http.ResponseWriter, n int) {
+	var deadline time.Time // written by the first request, read after the sixth
+	s := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
 		if n == 0 {
 			var v string
 			v, deadline = header(time.Now())
 			w.Header().Set("Retry-After", v)
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
-	}
+	})
 	// One slot: the other events are queued behind the one that earns the
 	// 429, which is exactly the case seed 000 got wrong.
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxInFlight: 1})
@@ -117,17 +117,17 @@ func testRetryAfter(t *testing.T, header func(received time.Time) (value string,
 	for i := range n {
 		b.publish(t, fmt.Sprintf("e%d", i), "t")
 	}
-	eventually(t, 20*time.Second, "all events after the 429", func() bool { return s.count() >= n+1 })
-	a := s.got()
+	testkit.Eventually(t, 20*time.Second, "all events after the 429", func() bool { return s.Count() >= n+1 })
+	a := s.Got()
 	for i, r := range a[1:] {
-		if r.at.Before(deadline) {
-			t.Fatalf("request %d arrived %v before the Retry-After deadline", i+1, deadline.Sub(r.at))
+		if r.At.Before(deadline) {
+			t.Fatalf("request %d arrived %v before the Retry-After deadline", i+1, deadline.Sub(r.At))
 		}
 	}
-	first := a[0].header.Get("webhook-id")
+	first := a[0].Header.Get("webhook-id")
 	retried := 0
 	for _, r := range a[1:] {
-		if r.header.Get("webhook-id") == first {
+		if r.Header.Get("webhook-id") == first {
 			retried++
 		}
 	}
@@ -136,7 +136,7 @@ func testRetryAfter(t *testing.T, header func(received time.Time) (value string,
 	}
 	// The worker counts a delivery after the endpoint answered: wait for it.
 	var st map[string]int64
-	eventually(t, 5*time.Second, "delivery counters", func() bool {
+	testkit.Eventually(t, 5*time.Second, "delivery counters", func() bool {
 		st, _ = worker.ReadStats(context.Background(), b.rdb, b.ns, "s")
 		return st["delivered"] >= n
 	})
@@ -167,24 +167,24 @@ func TestSlowSubscriberDoesNotDelayFast(t *testing.T) {
 	t.Parallel()
 	// A small pool, so a slow endpoint that hogged it would show.
 	b := setup(t, worker.Config{Concurrency: 8})
-	slow := newSink(t, func(http.ResponseWriter, int) { time.Sleep(2 * time.Second) })
-	fast := newSink(t, nil)
+	slow := testkit.NewSink(t, func(http.ResponseWriter, int) { time.Sleep(2 * time.Second) })
+	fast := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "slow", URL: slow.URL, MaxInFlight: 2})
 	b.put(t, tasks.Subscriber{ID: "fast", URL: fast.URL, Limit: limits.PerSecond(100)})
 	const n = 20
 	for i := range n {
 		b.publish(t, fmt.Sprintf("e%d", i), "t")
 	}
-	eventually(t, 20*time.Second, "fast deliveries", func() bool { return fast.count() >= n })
+	testkit.Eventually(t, 20*time.Second, "fast deliveries", func() bool { return fast.Count() >= n })
 	// All of the fast subscriber's events arrived before the slow endpoint
 	// had answered even its first request.
-	if first := slow.got(); len(first) > 0 {
-		if last := fast.got()[n-1].at; !last.Before(first[0].at.Add(2 * time.Second)) {
+	if first := slow.Got(); len(first) > 0 {
+		if last := fast.Got()[n-1].At; !last.Before(first[0].At.Add(2 * time.Second)) {
 			t.Fatalf("fast subscriber's last delivery came %v after the slow one's first request",
-				last.Sub(first[0].at))
+				last.Sub(first[0].At))
 		}
 	}
-	if got := slow.count(); got >= n {
+	if got := slow.Count(); got >= n {
 		t.Fatalf("slow subscriber already has %d requests; the test proves nothing", got)
 	}
 }
@@ -192,12 +192,12 @@ func TestSlowSubscriberDoesNotDelayFast(t *testing.T) {
 func TestAlways500IsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
-	s := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 3})
 	b.publish(t, "e1", "t")
 	id := tasks.TaskID("s", "e1")
 	var info *asynq.TaskInfo
-	eventually(t, 20*time.Second, "archived", func() bool {
+	testkit.Eventually(t, 20*time.Second, "archived", func() bool {
 		var err error
 		info, err = b.insp.GetTaskInfo(b.ns, id)
 		return err == nil && info.State == asynq.TaskStateArchived
@@ -205,17 +205,17 @@ func TestAlways500IsDeadLettered(t *testing.T) {
 	if want := "attempt 3 of 3: HTTP 500 Internal Server Error"; !strings.Contains(info.LastErr, want) {
 		t.Fatalf("archived error %q, want it to contain %q", info.LastErr, want)
 	}
-	if n := s.count(); n != 3 {
+	if n := s.Count(); n != 3 {
 		t.Fatalf("sink saw %d attempts, want 3", n)
 	}
-	eventually(t, 5*time.Second, "failures recorded", func() bool { return b.counter(t, "s", "failed") == 2 })
+	testkit.Eventually(t, 5*time.Second, "failures recorded", func() bool { return b.counter(t, "s", "failed") == 2 })
 	st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, "s")
 	if err != nil || st["failed"] != 2 || st["dead:attempts"] != 1 || st["delivered"] != 0 {
 		t.Fatalf("counters %v, %v; want failed 2, dead:attempts 1", st, err)
 	}
 	ids := map[string]bool{}
-	for _, a := range s.got() {
-		ids[a.header.Get("webhook-id")] = true
+	for _, a := range s.Got() {
+		ids[a.Header.Get("webhook-id")] = true
 	}
 	if len(ids) != 1 || !ids["e1"] {
 		t.Fatalf("webhook-id across attempts: %v, want only e1", ids)
@@ -225,10 +225,10 @@ func TestAlways500IsDeadLettered(t *testing.T) {
 func TestGoneDeadLettersAndPauses(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
-	s := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusGone) })
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusGone) })
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
 	b.publish(t, "e1", "t")
-	eventually(t, 10*time.Second, "archived", func() bool {
+	testkit.Eventually(t, 10*time.Second, "archived", func() bool {
 		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e1"))
 		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "HTTP 410 Gone")
 	})
@@ -236,7 +236,7 @@ func TestGoneDeadLettersAndPauses(t *testing.T) {
 	if err != nil || !sub.Paused {
 		t.Fatalf("subscriber after 410: paused=%v, %v", sub.Paused, err)
 	}
-	if n := s.count(); n != 1 {
+	if n := s.Count(); n != 1 {
 		t.Fatalf("sink saw %d requests, want 1", n)
 	}
 	// Paused: new events are not fanned out to it.
@@ -248,7 +248,7 @@ func TestGoneDeadLettersAndPauses(t *testing.T) {
 func TestSignaturesAndBody(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
-	s := newSink(t, nil)
+	s := testkit.NewSink(t, nil)
 	sec2, _ := tasks.NewSecret()
 	sub := b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
 	sub.Secrets = append(sub.Secrets, sec2)
@@ -259,39 +259,39 @@ func TestSignaturesAndBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "delivery", func() bool { return s.count() == 1 })
-	a := s.got()[0]
-	if sigs := strings.Fields(a.header.Get("webhook-signature")); len(sigs) != 2 {
-		t.Fatalf("webhook-signature %q: want two signatures", a.header.Get("webhook-signature"))
+	testkit.Eventually(t, 10*time.Second, "delivery", func() bool { return s.Count() == 1 })
+	a := s.Got()[0]
+	if sigs := strings.Fields(a.Header.Get("webhook-signature")); len(sigs) != 2 {
+		t.Fatalf("webhook-signature %q: want two signatures", a.Header.Get("webhook-signature"))
 	}
 	for _, sec := range sub.Secrets {
 		wh, err := standardwebhooks.NewWebhook(sec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := wh.Verify(a.body, a.header); err != nil {
+		if err := wh.Verify(a.Body, a.Header); err != nil {
 			t.Fatalf("signature for secret %d does not verify: %v", len(sec), err)
 		}
 	}
 	other, _ := tasks.NewSecret()
 	wh, _ := standardwebhooks.NewWebhook(other)
-	if wh.Verify(a.body, a.header) == nil {
+	if wh.Verify(a.Body, a.Header) == nil {
 		t.Fatal("an unrelated secret verifies")
 	}
 	want := `{"id":"evt_01JMZ8K3","type":"video.trending","timestamp":"2026-07-11T08:14:02Z","data":{"video_id":"vv_9f31c2","region":"NL"}}`
-	if string(a.body) != want {
-		t.Fatalf("body %s\nwant %s", a.body, want)
+	if string(a.Body) != want {
+		t.Fatalf("body %s\nwant %s", a.Body, want)
 	}
-	if a.header.Get("webhook-id") != "evt_01JMZ8K3" || !strings.HasPrefix(a.header.Get("User-Agent"), "hooklane/") ||
-		a.header.Get("Content-Type") != "application/json" {
-		t.Fatalf("headers %v", a.header)
+	if a.Header.Get("webhook-id") != "evt_01JMZ8K3" || !strings.HasPrefix(a.Header.Get("User-Agent"), "hooklane/") ||
+		a.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("headers %v", a.Header)
 	}
 }
 
 func TestNotBeforeIsHonoured(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
-	s := newSink(t, nil)
+	s := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
 	nb := time.Now().Add(1500 * time.Millisecond)
 	_, err := b.p.Publish(context.Background(), tasks.Event{ID: "e", Type: "t", Data: json.RawMessage(`1`)},
@@ -299,8 +299,8 @@ func TestNotBeforeIsHonoured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "delivery", func() bool { return s.count() == 1 })
-	if at := s.got()[0].at; at.Before(nb) {
+	testkit.Eventually(t, 10*time.Second, "delivery", func() bool { return s.Count() == 1 })
+	if at := s.Got()[0].At; at.Before(nb) {
 		t.Fatalf("delivered %v before not-before", nb.Sub(at))
 	}
 }
@@ -308,18 +308,18 @@ func TestNotBeforeIsHonoured(t *testing.T) {
 func TestRedirectNotFollowed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
-	target := newSink(t, nil)
-	s := newSink(t, func(w http.ResponseWriter, _ int) {
+	target := testkit.NewSink(t, nil)
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
 		w.Header().Set("Location", target.URL)
 		w.WriteHeader(http.StatusFound)
 	})
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 1})
 	b.publish(t, "e", "t")
-	eventually(t, 10*time.Second, "archived", func() bool {
+	testkit.Eventually(t, 10*time.Second, "archived", func() bool {
 		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "HTTP 302")
 	})
-	if target.count() != 0 {
+	if target.Count() != 0 {
 		t.Fatal("redirect was followed")
 	}
 }
@@ -327,7 +327,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 func TestDeletedSubscriberIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
-	s := newSink(t, nil)
+	s := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
 	if err := b.p.SetPaused(context.Background(), "s", true); err != nil {
 		t.Fatal(err)
@@ -335,7 +335,7 @@ func TestDeletedSubscriberIsDeadLettered(t *testing.T) {
 	if _, err := b.p.SendTo(context.Background(), "s", tasks.Event{ID: "e", Type: "t", Data: json.RawMessage(`1`)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "held while paused", func() bool {
+	testkit.Eventually(t, 10*time.Second, "held while paused", func() bool {
 		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateRetry && strings.Contains(info.LastErr, "subscriber paused")
 	})
@@ -345,11 +345,11 @@ func TestDeletedSubscriberIsDeadLettered(t *testing.T) {
 	if err := b.insp.RunTask(b.ns, tasks.TaskID("s", "e")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "archived", func() bool {
+	testkit.Eventually(t, 10*time.Second, "archived", func() bool {
 		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "deleted")
 	})
-	if s.count() != 0 {
+	if s.Count() != 0 {
 		t.Fatal("a paused subscriber received a request")
 	}
 }
@@ -361,7 +361,7 @@ func TestUndecodablePayloadIsDeadLettered(t *testing.T) {
 	if _, err := c.Enqueue(asynq.NewTask(tasks.TypeDeliver, []byte("{not json"), asynq.Queue(b.ns), asynq.TaskID("bad"))); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "archived", func() bool {
+	testkit.Eventually(t, 10*time.Second, "archived", func() bool {
 		info, err := b.insp.GetTaskInfo(b.ns, "bad")
 		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "undecodable payload")
 	})
@@ -372,14 +372,14 @@ func TestUndecodablePayloadIsDeadLettered(t *testing.T) {
 func TestSSRFGuardRefusesUnlistedLoopback(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
-	s := newSink(t, nil)
+	s := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
 	b.publish(t, "e", "t")
-	eventually(t, 10*time.Second, "archived", func() bool {
+	testkit.Eventually(t, 10*time.Second, "archived", func() bool {
 		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "address not allowed")
 	})
-	if s.count() != 0 {
+	if s.Count() != 0 {
 		t.Fatal("the refused sink received a request")
 	}
 	if dl, _ := b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{}); len(dl) != 1 || dl[0].Reason != worker.DeadRefused {

@@ -16,6 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
@@ -103,7 +104,7 @@ func TestHostileReceivers(t *testing.T) {
 		}},
 	}
 	b := setup(t, worker.Config{RequestTimeout: timeout, ConnectTimeout: time.Second})
-	healthy := newSink(t, nil)
+	healthy := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "healthy", URL: healthy.URL, EventTypes: []string{"ping"}})
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,7 +113,7 @@ func TestHostileReceivers(t *testing.T) {
 			start := time.Now()
 			b.publish(t, "e", id)
 			var dl []tasks.DeadLetter
-			eventually(t, 3*timeout, "dead letter", func() bool {
+			testkit.Eventually(t, 3*timeout, "dead letter", func() bool {
 				dl, _ = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{Subscriber: id})
 				return len(dl) == 1
 			})
@@ -122,9 +123,9 @@ func TestHostileReceivers(t *testing.T) {
 			if took := dl[0].Attempts[0].At.Sub(start); took > timeout+time.Second {
 				t.Fatalf("the attempt took %v, more than the %v request timeout", took, timeout)
 			}
-			before := healthy.count()
+			before := healthy.Count()
 			b.publish(t, "after-"+id, "ping")
-			eventually(t, 5*time.Second, "healthy delivery", func() bool { return healthy.count() == before+1 })
+			testkit.Eventually(t, 5*time.Second, "healthy delivery", func() bool { return healthy.Count() == before+1 })
 		})
 	}
 }
@@ -143,7 +144,7 @@ func TestEndlessBodyIsCut(t *testing.T) {
 	})
 	b.put(t, tasks.Subscriber{ID: "s", URL: url})
 	b.publish(t, "e", "t")
-	eventually(t, 10*time.Second, "completed", func() bool {
+	testkit.Eventually(t, 10*time.Second, "completed", func() bool {
 		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateCompleted
 	})
@@ -152,7 +153,7 @@ func TestEndlessBodyIsCut(t *testing.T) {
 func TestHugeRetryAfterIsCapped(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{MaxRetryAfter: 10 * time.Minute})
-	s := newSink(t, func(w http.ResponseWriter, _ int) {
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
 		w.Header().Set("Retry-After", "999999999")
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
@@ -160,7 +161,7 @@ func TestHugeRetryAfterIsCapped(t *testing.T) {
 	start := time.Now()
 	b.publish(t, "e", "t")
 	var info *asynq.TaskInfo
-	eventually(t, 10*time.Second, "rescheduled", func() bool {
+	testkit.Eventually(t, 10*time.Second, "rescheduled", func() bool {
 		var err error
 		info, err = b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateRetry
@@ -179,11 +180,11 @@ func TestHugeRetryAfterIsCapped(t *testing.T) {
 func TestTooManyRequestsStormStaysInItsLane(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
-	storm := newSink(t, func(w http.ResponseWriter, _ int) {
+	storm := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
 		w.Header().Set("Retry-After", "1")
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
-	fast := newSink(t, nil)
+	fast := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "storm", URL: storm.URL, MaxInFlight: 1})
 	b.put(t, tasks.Subscriber{ID: "fast", URL: fast.URL, Limit: limits.PerSecond(1000)})
 	start := time.Now()
@@ -191,12 +192,12 @@ func TestTooManyRequestsStormStaysInItsLane(t *testing.T) {
 	for i := range n {
 		b.publish(t, fmt.Sprintf("e%d", i), "t")
 	}
-	eventually(t, 10*time.Second, "fast deliveries", func() bool { return fast.count() == n })
-	eventually(t, 10*time.Second, "a few storm rounds", func() bool { return storm.count() >= 3 })
+	testkit.Eventually(t, 10*time.Second, "fast deliveries", func() bool { return fast.Count() == n })
+	testkit.Eventually(t, 10*time.Second, "a few storm rounds", func() bool { return storm.Count() >= 3 })
 	elapsed := time.Since(start)
-	a := storm.got()
+	a := storm.Got()
 	for i := 1; i < len(a); i++ {
-		if gap := a[i].at.Sub(a[i-1].at); gap < time.Second {
+		if gap := a[i].At.Sub(a[i-1].At); gap < time.Second {
 			t.Fatalf("storm requests %d and %d only %v apart; Retry-After was 1s", i-1, i, gap)
 		}
 	}
@@ -209,11 +210,11 @@ func TestTooManyRequestsStormStaysInItsLane(t *testing.T) {
 // dead-letter ledger never carry a signing secret or the URL's query token.
 func TestSecretsStayOutOfLogsAndLedger(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs testkit.Buffer
 	b := setup(t, worker.Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond})
-	ok := newSink(t, nil)
-	bad := newSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	ok := testkit.NewSink(t, nil)
+	bad := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
 	p, err := deploy.NewRefusingPort()
 	if err != nil {
 		t.Fatal(err)
@@ -228,9 +229,9 @@ func TestSecretsStayOutOfLogsAndLedger(t *testing.T) {
 		b.publish(t, "e-"+typ, typ)
 	}
 	var dl []tasks.DeadLetter
-	eventually(t, 10*time.Second, "two dead letters and a delivery", func() bool {
+	testkit.Eventually(t, 10*time.Second, "two dead letters and a delivery", func() bool {
 		dl, _ = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{})
-		return len(dl) == 2 && ok.count() == 1
+		return len(dl) == 2 && ok.Count() == 1
 	})
 	ledger := fmt.Sprintf("%+v", dl)
 	for _, s := range subs {

@@ -3,47 +3,31 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
 )
 
-var redisAddr string
+var redisSrv *deploy.Redis
 
 func TestMain(m *testing.M) {
-	// The Redis-fault tests make go-redis log every refused dial.
-	redis.SetLogger(quietLogger{})
-	r, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisAddr = r.Addr
-	code := m.Run()
-	r.Stop()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
+	testkit.Main(m, &redisSrv, func() {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+	})
 }
-
-var nsSeq atomic.Int64
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 
@@ -61,8 +45,8 @@ type bundle struct {
 // it when the test ends.
 func setup(t testing.TB, cfg worker.Config) *bundle {
 	t.Helper()
-	ns := fmt.Sprintf("w%d", nsSeq.Add(1))
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 64})
+	ns := testkit.Namespace("w")
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: 64})
 	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
@@ -138,59 +122,3 @@ func (b *bundle) settled(t testing.TB) bool {
 	}
 	return q.Pending+q.Active+q.Scheduled+q.Retry+q.Aggregating == 0
 }
-
-// arrival is one request a sink received.
-type arrival struct {
-	at     time.Time
-	header http.Header
-	body   []byte
-}
-
-// sink is an httptest server on 127.0.0.1 that records every request and
-// answers with respond (200 when nil).
-type sink struct {
-	*httptest.Server
-	mu       sync.Mutex
-	arrivals []arrival
-	respond  func(w http.ResponseWriter, n int) // n: 0-based arrival index
-}
-
-func newSink(t testing.TB, respond func(w http.ResponseWriter, n int)) *sink {
-	s := &sink{respond: respond}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		s.mu.Lock()
-		n := len(s.arrivals)
-		s.arrivals = append(s.arrivals, arrival{at: time.Now(), header: r.Header.Clone(), body: body})
-		s.mu.Unlock()
-		if s.respond != nil {
-			s.respond(w, n)
-		}
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *sink) got() []arrival {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]arrival(nil), s.arrivals...)
-}
-
-func (s *sink) count() int { return len(s.got()) }
-
-// eventually polls cond every 20ms until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}

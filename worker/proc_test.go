@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -52,28 +51,10 @@ func hooklaneBin(t testing.TB) string {
 	return filepath.Join(binDir, "hooklane")
 }
 
-// lockedBuffer collects a subprocess's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // proc is one `hooklane worker` process.
 type proc struct {
 	cmd  *exec.Cmd
-	log  *lockedBuffer
+	log  *testkit.Buffer
 	done chan struct{} // closed when it has exited
 	err  error         // Wait's result, set before done is closed
 }
@@ -97,7 +78,7 @@ var crashEnv = []string{
 // and kills it when the test ends. The log is shown if the test failed.
 func startProc(t testing.TB, redisURL, ns string, env ...string) *proc {
 	t.Helper()
-	p := &proc{log: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{log: &testkit.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(hooklaneBin(t), "worker")
 	p.cmd.Env = append(append([]string{"REDIS_URL=" + redisURL, "HOOKLANE_NAMESPACE=" + ns}, crashEnv...), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
@@ -111,7 +92,7 @@ func startProc(t testing.TB, redisURL, ns string, env ...string) *proc {
 			t.Logf("hooklane worker (pid %d) log:\n%s", p.cmd.Process.Pid, tail(p.log.String(), 40, "failed to dial"))
 		}
 	})
-	eventually(t, 10*time.Second, "hooklane worker to start", func() bool {
+	testkit.Eventually(t, 10*time.Second, "hooklane worker to start", func() bool {
 		return strings.Contains(p.log.String(), "worker started") || !p.alive()
 	})
 	if !p.alive() {
@@ -287,45 +268,6 @@ func respKeys(keys ...string) []byte {
 	return b.Bytes()
 }
 
-// hit is one request a receiver got.
-type hit struct {
-	id       string // webhook-id
-	at       time.Time
-	accepted bool // the receiver took the event (answered 2xx, or acted on it before dying)
-}
-
-// receiver is an endpoint on 127.0.0.1 whose handle decides each answer and
-// says whether it accepted the event.
-type receiver struct {
-	*httptest.Server
-	mu   sync.Mutex
-	hits []hit
-}
-
-func newReceiver(t testing.TB, handle func(w http.ResponseWriter, r *http.Request, id string) (accepted bool)) *receiver {
-	rc := &receiver{}
-	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		id := r.Header.Get("webhook-id")
-		rc.mu.Lock()
-		i := len(rc.hits)
-		rc.hits = append(rc.hits, hit{id: id, at: time.Now()})
-		rc.mu.Unlock()
-		ok := handle(w, r, id)
-		rc.mu.Lock()
-		rc.hits[i].accepted = ok
-		rc.mu.Unlock()
-	}))
-	t.Cleanup(rc.Close)
-	return rc
-}
-
-func (rc *receiver) got() []hit {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return slices.Clone(rc.hits)
-}
-
 // tally is what became of a set of published events.
 type tally struct {
 	published, delivered, dead int
@@ -342,7 +284,7 @@ func (c tally) String() string {
 // settle waits at most timeout for every event in ids (bound for sub) to
 // end completed or archived, then counts. A completed task whose event the
 // receiver never accepted is an error: it would be a silent loss.
-func settle(t testing.TB, insp *asynq.Inspector, ns, sub string, ids []string, rc *receiver, timeout time.Duration) tally {
+func settle(t testing.TB, insp *asynq.Inspector, ns, sub string, ids []string, rc *testkit.Sink, timeout time.Duration) tally {
 	t.Helper()
 	state := map[string]asynq.TaskState{}
 	why := map[string]string{}
@@ -368,15 +310,13 @@ func settle(t testing.TB, insp *asynq.Inspector, ns, sub string, ids []string, r
 		q, err := insp.GetQueueInfo(ns)
 		return err == nil && q.Pending+q.Active+q.Scheduled+q.Retry+q.Aggregating == 0
 	}
-	for deadline := time.Now().Add(timeout); !done() && !idle() && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.PollEvery(timeout, 100*time.Millisecond, func() bool { return done() || idle() })
 	done() // states as they are now, not as when idle was seen
 	accepted := map[string]int{}
-	hits := rc.got()
+	hits := rc.Got()
 	for _, h := range hits {
-		if h.accepted {
-			accepted[h.id]++
+		if h.Accepted {
+			accepted[h.ID]++
 		}
 	}
 	c := tally{published: len(ids), requests: len(hits)}

@@ -1,17 +1,16 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/worker"
 )
 
@@ -19,9 +18,9 @@ func TestWorkerWarnsAboutUnsafeRedis(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// The package's Redis runs without persistence, as tests want it.
-	var logs syncBuffer
+	var logs testkit.Buffer
 	setup(t, worker.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	eventually(t, 5*time.Second, "worker start", func() bool { return strings.Contains(logs.String(), "worker started") })
+	testkit.Eventually(t, 5*time.Second, "worker start", func() bool { return strings.Contains(logs.String(), "worker started") })
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "persistence is off") {
 		t.Fatalf("no persistence warning in:\n%s", logs.String())
 	}
@@ -43,23 +42,4 @@ func TestWorkerWarnsAboutUnsafeRedis(t *testing.T) {
 	if w, err := worker.CheckRedis(ctx, rdb); err != nil || len(w) != 1 || !strings.Contains(w[0], "allkeys-lru") {
 		t.Fatalf("allkeys-lru: warnings %q, %v; want one naming the policy", w, err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that the worker's goroutines may write while
-// the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

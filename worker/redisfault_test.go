@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -19,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
@@ -48,7 +47,10 @@ type publication struct {
 func testRedisRestart(t *testing.T, kill bool) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	port := freePort(t)
+	port, err := deploy.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r, err := deploy.StartRedis(ctx, deploy.RedisOpts{Dir: dir, Port: port, AppendOnly: true})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +59,7 @@ func testRedisRestart(t *testing.T, kill bool) {
 
 	// 50ms answers at 20 in flight: some deliveries always finish while
 	// Redis is down, so their completion is what has to survive.
-	rc := newReceiver(t, func(http.ResponseWriter, *http.Request, string) bool {
+	rc := testkit.NewReceiver(t, func(http.ResponseWriter, *http.Request, string) bool {
 		time.Sleep(50 * time.Millisecond)
 		return true
 	})
@@ -107,7 +109,7 @@ func testRedisRestart(t *testing.T, kill bool) {
 			time.Sleep(3 * time.Millisecond)
 		}
 	}()
-	eventually(t, 10*time.Second, "publishes before the fault", func() bool { ok, _ := count(time.Time{}); return ok >= 150 })
+	testkit.Eventually(t, 10*time.Second, "publishes before the fault", func() bool { ok, _ := count(time.Time{}); return ok >= 150 })
 
 	fault := time.Now()
 	if kill {
@@ -116,7 +118,7 @@ func testRedisRestart(t *testing.T, kill bool) {
 		r.Stop()
 	}
 	// Down for a second at least, and seen to be down by the publisher.
-	eventually(t, 10*time.Second, "publishes failing while Redis is down", func() bool {
+	testkit.Eventually(t, 10*time.Second, "publishes failing while Redis is down", func() bool {
 		_, failed := count(fault)
 		return failed >= 10 && time.Since(fault) >= time.Second
 	})
@@ -124,7 +126,7 @@ func testRedisRestart(t *testing.T, kill bool) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	eventually(t, 20*time.Second, "publishes after Redis is back", func() bool { ok, _ := count(back); return ok >= 150 })
+	testkit.Eventually(t, 20*time.Second, "publishes after Redis is back", func() bool { ok, _ := count(back); return ok >= 150 })
 	stop.Store(true)
 	<-done
 
@@ -157,9 +159,9 @@ func testRedisRestart(t *testing.T, kill bool) {
 		}
 	}
 	resumed := time.Duration(-1)
-	for _, h := range rc.got() {
-		if h.at.After(back) {
-			resumed = h.at.Sub(back)
+	for _, h := range rc.Got() {
+		if h.At.After(back) {
+			resumed = h.At.Sub(back)
 			break
 		}
 	}
@@ -202,21 +204,21 @@ func testRedisRestart(t *testing.T, kill bool) {
 func TestPublishWhenRedisGoesAway(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	ns := uniqueNS("publish-cut")
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	ns := testkit.Namespace("publish-cut-")
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	defer rdb.Close()
 	direct, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rcs := map[string]*receiver{}
+	rcs := map[string]*testkit.Sink{}
 	for _, id := range []string{"a", "b", "c"} {
-		rcs[id] = newReceiver(t, func(http.ResponseWriter, *http.Request, string) bool { return true })
+		rcs[id] = testkit.NewReceiver(t, func(http.ResponseWriter, *http.Request, string) bool { return true })
 		if _, err := direct.PutSubscriber(ctx, tasks.Subscriber{ID: id, URL: rcs[id].URL}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	proxy := newFaultProxy(t, redisAddr)
+	proxy := newFaultProxy(t, redisSrv.Addr)
 	p, err := producer.New(&producer.Config{RedisURL: proxy.URL(), Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
@@ -257,14 +259,14 @@ func TestPublishWhenRedisGoesAway(t *testing.T) {
 	_, stop := startWorker(t, rdb, ns, worker.Config{})
 	defer stop()
 	for id, rc := range rcs {
-		eventually(t, 10*time.Second, "delivery to "+id, func() bool { return len(rc.got()) > 0 })
+		testkit.Eventually(t, 10*time.Second, "delivery to "+id, func() bool { return len(rc.Got()) > 0 })
 	}
-	eventually(t, 10*time.Second, "queue settled", func() bool {
+	testkit.Eventually(t, 10*time.Second, "queue settled", func() bool {
 		q, err := insp.GetQueueInfo(ns)
 		return err == nil && q.Completed == 3 && q.Pending+q.Active+q.Scheduled+q.Retry == 0
 	})
 	for id, rc := range rcs {
-		if n := len(rc.got()); n != 1 {
+		if n := len(rc.Got()); n != 1 {
 			t.Errorf("%s received %d requests, want 1", id, n)
 		}
 	}
@@ -282,21 +284,4 @@ func outcomes(res *producer.PublishResult) string {
 		s += tg.SubscriberID + ":" + string(tg.Outcome)
 	}
 	return s
-}
-
-// freePort finds a port for a Redis that is restarted on it. It is taken
-// below Linux's ephemeral range (32768-60999), which a port from
-// Listen(":0") is not: while that Redis is down, a client's outgoing
-// connection could get the port as its own and keep Redis from coming back.
-func freePort(t testing.TB) int {
-	t.Helper()
-	for range 100 {
-		port := 20000 + rand.IntN(12000)
-		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			l.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port in 20000-31999")
-	return 0
 }

@@ -9,6 +9,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
 )
@@ -19,7 +20,7 @@ func TestRetiringSecretSignsUntilGraceEnds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, worker.Config{})
-	s := newSink(t, nil)
+	s := testkit.NewSink(t, nil)
 	expired, _ := tasks.NewSecret()
 	old := b.put(t, tasks.Subscriber{ID: "s", URL: s.URL}).Secrets[0]
 	sub, _, err := b.p.RotateSecret(ctx, "s", time.Hour)
@@ -32,19 +33,19 @@ func TestRetiringSecretSignsUntilGraceEnds(t *testing.T) {
 	if _, err := b.p.Publish(ctx, tasks.Event{ID: "e1", Type: "t", Data: json.RawMessage(`1`)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "delivery", func() bool { return s.count() == 1 })
-	a := s.got()[0]
-	if n := len(strings.Fields(a.header.Get("webhook-signature"))); n != 2 {
+	testkit.Eventually(t, 10*time.Second, "delivery", func() bool { return s.Count() == 1 })
+	a := s.Got()[0]
+	if n := len(strings.Fields(a.Header.Get("webhook-signature"))); n != 2 {
 		t.Fatalf("%d signatures, want 2 (new and old)", n)
 	}
 	for name, sec := range map[string]string{"new": sub.Secrets[0], "old": old} {
 		wh, _ := standardwebhooks.NewWebhook(sec)
-		if err := wh.Verify(a.body, a.header); err != nil {
+		if err := wh.Verify(a.Body, a.Header); err != nil {
 			t.Errorf("%s secret does not verify: %v", name, err)
 		}
 	}
 	wh, _ := standardwebhooks.NewWebhook(expired)
-	if wh.Verify(a.body, a.header) == nil {
+	if wh.Verify(a.Body, a.Header) == nil {
 		t.Error("a secret past its grace still signs")
 	}
 }

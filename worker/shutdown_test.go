@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
@@ -17,12 +17,12 @@ import (
 
 func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 	t.Parallel()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	defer rdb.Close()
-	ns := fmt.Sprintf("shutdown-finish-%d", nsSeq.Add(1))
+	ns := testkit.Namespace("shutdown-finish-")
 	p, _ := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
 	entered := make(chan struct{}, 1)
-	s := newSink(t, func(http.ResponseWriter, int) { entered <- struct{}{}; time.Sleep(time.Second) })
+	s := testkit.NewSink(t, func(http.ResponseWriter, int) { entered <- struct{}{}; time.Sleep(time.Second) })
 	if _, err := p.PutSubscriber(context.Background(), tasks.Subscriber{ID: "s", URL: s.URL}); err != nil {
 		t.Fatal(err)
 	}
@@ -38,12 +38,12 @@ func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 
 func TestShutdownRequeuesWhatCannotFinish(t *testing.T) {
 	t.Parallel()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	defer rdb.Close()
-	ns := fmt.Sprintf("shutdown-requeue-%d", nsSeq.Add(1))
+	ns := testkit.Namespace("shutdown-requeue-")
 	p, _ := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
 	entered := make(chan struct{}, 2)
-	s := newSink(t, func(_ http.ResponseWriter, n int) {
+	s := testkit.NewSink(t, func(_ http.ResponseWriter, n int) {
 		entered <- struct{}{}
 		if n == 0 {
 			time.Sleep(5 * time.Second)
@@ -67,7 +67,7 @@ func TestShutdownRequeuesWhatCannotFinish(t *testing.T) {
 	// A new worker picks it up: nothing was lost.
 	_, stop = startWorker(t, rdb, ns, worker.Config{})
 	defer stop()
-	eventually(t, 10*time.Second, "redelivery", func() bool { return s.count() == 2 })
+	testkit.Eventually(t, 10*time.Second, "redelivery", func() bool { return s.Count() == 2 })
 }
 
 func publishOne(t *testing.T, p *producer.Producer, id string) {
