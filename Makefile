@@ -11,11 +11,11 @@ help: ## list the targets
 run: redis-server ## the demo: local redis-server, worker, web UI/API and a demo receiver, in one process
 	$(GO) run . dev
 
-test: redis-server chromium ## run the whole test suite (each package starts its own redis-server)
+test: redis-server chromium ## run the whole test suite under the race detector (each package starts its own redis-server and checks for leaked goroutines)
 	$(GO) vet ./...
 	@# -p 1: one package at a time, so that the browser test's Chromium and the
 	@# 12,000-delivery ledger test do not skew the worker's timing assertions.
-	$(GO) test -p 1 -count=1 -timeout 20m ./...
+	$(GO) test -race -p 1 -count=1 -timeout 40m ./...
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
