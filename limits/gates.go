@@ -11,30 +11,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Gates are the Redis-side checks a delivery passes before its request is
-// sent. All keys live under the namespace and are per subscriber; every time
-// comparison uses Redis' own clock so that workers on skewed hosts agree.
-type Gates struct {
-	rdb redis.UniversalClient
-	ns  string
+// GateKeys are one subscriber's keys (tasks.Keys.Gates names them). They
+// share one Redis Cluster slot, so each script below touches one slot.
+type GateKeys struct {
+	Record   string // hash: gen, paused (reason), paused_at
+	Cooldown string // Unix ms, in Redis' clock, before which nothing is sent
+	InFlight string // sorted set: slot token → expiry (Unix ms)
+	Rate     string // GCRA theoretical arrival time, redis_rate's key and format
+	Pacing   string // pacing cursor: a GCRA theoretical arrival time in Unix ms
+	Waiting  string // sorted set: task id → wake-up (Unix ms) of tasks parked in asynq's schedule
+	Seen     string // prefix of the publish markers (+ event id): "<gen>:<wake ms>"
 }
 
-// NewGates returns gates whose keys start with namespace + ":".
-func NewGates(rdb redis.UniversalClient, namespace string) *Gates {
-	return &Gates{rdb: rdb, ns: namespace}
-}
+// Gates are the Redis-side checks and bookkeeping of a delivery. Every
+// time comparison uses Redis' own clock, so workers on skewed hosts agree
+// and a deadline is never compared across two clocks.
+type Gates struct{ rdb redis.UniversalClient }
 
-// CooldownKey holds the Unix-millisecond time before which nothing may be
-// sent to the subscriber.
-func (g *Gates) CooldownKey(sub string) string { return g.ns + ":cooldown:" + sub }
-func (g *Gates) inflightKey(sub string) string { return g.ns + ":inflight:" + sub }
-func (g *Gates) pacingKey(sub string) string   { return g.ns + ":pacing:" + sub }
+// NewGates returns gates on rdb.
+func NewGates(rdb redis.UniversalClient) *Gates { return &Gates{rdb: rdb} }
 
-// RateKey is the key of sub's GCRA limit as redis_rate names it (it adds
-// the "rate:" prefix itself): a redis_rate.Limiter on it shares the limit.
-func (g *Gates) RateKey(sub string) string { return g.ns + ":" + sub }
-
-// ParseCooldown reads the value stored at CooldownKey (absent: zero time).
+// ParseCooldown reads the value stored at GateKeys.Cooldown (absent: zero).
 func ParseCooldown(v string) time.Time {
 	ms, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || ms <= 0 {
@@ -43,195 +40,228 @@ func ParseCooldown(v string) time.Time {
 	return time.UnixMilli(ms)
 }
 
-// KEYS[1]: cooldown key. ARGV[1]: until (Unix ms). Reply: the cooldown in force (Unix ms).
-// Keeps the later of the stored and the new deadline, so a short Retry-After
-// never cuts a longer one short.
+// KEYS[1]: cooldown. ARGV[1]: delay ms from Redis' now (-1: use ARGV[2]),
+// ARGV[2]: an absolute deadline, Unix ms (an HTTP-date), ARGV[3]: cap ms.
+// Reply: {until Unix ms, ms from now until then}: the cooldown in force.
+// The deadline is set on Redis' clock, after the answer was received, so
+// it is never earlier than the endpoint asked; the later of the stored and
+// the new deadline is kept, so a short Retry-After never cuts a longer one.
 var cooldownScript = redis.NewScript(`
-local old = tonumber(redis.call('GET', KEYS[1]) or '0')
-local new = tonumber(ARGV[1])
-if new <= old then return string.format('%d', old) end
 local t = redis.call('TIME')
-local ttl = new - (t[1] * 1000 + math.floor(t[2] / 1000)) + 60000
-if ttl < 1 then ttl = 1 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-return ARGV[1]`)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local new
+if tonumber(ARGV[1]) >= 0 then new = now + tonumber(ARGV[1]) else new = math.max(tonumber(ARGV[2]), now) end
+new = math.min(new, now + tonumber(ARGV[3]))
+local old = tonumber(redis.call('GET', KEYS[1]) or '0')
+if new > old then
+  redis.call('SET', KEYS[1], string.format('%d', new), 'PX', new - now + 60000)
+  old = new
+end
+return {string.format('%d', old), string.format('%d', math.max(old - now, 0))}`)
 
-// Cooldown makes the whole destination wait until at least until. It returns
-// the cooldown now in force.
-func (g *Gates) Cooldown(ctx context.Context, sub string, until time.Time) (time.Time, error) {
-	v, err := cooldownScript.Run(ctx, g.rdb, []string{g.CooldownKey(sub)}, until.UnixMilli()).Text()
-	if err != nil {
-		return time.Time{}, err
+// Cooldown makes the whole destination wait as ra says, capped at max from
+// now (Redis' clock). It returns the cooldown now in force and how long it
+// lasts from now.
+func (g *Gates) Cooldown(ctx context.Context, k GateKeys, ra RetryAfter, max time.Duration) (time.Time, time.Duration, error) {
+	delay, abs := int64(-1), int64(0)
+	if ra.At.IsZero() {
+		delay = ra.After.Milliseconds()
+	} else {
+		abs = ra.At.UnixMilli()
 	}
-	return ParseCooldown(v), nil
+	res, err := cooldownScript.Run(ctx, g.rdb, []string{k.Cooldown}, delay, abs, max.Milliseconds()).StringSlice()
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	left, _ := strconv.ParseInt(res[1], 10, 64)
+	return ParseCooldown(res[0]), time.Duration(left) * time.Millisecond, nil
 }
 
-// Admission is the answer of Admit.
+// Admission is the answer of Admit. Durations are from now, in Redis'
+// clock.
 type Admission struct {
-	Token     string        // the in-flight slot taken; "" unless admitted
-	Unknown   bool          // no such subscriber (deleted)
-	Paused    bool          // subscriber paused
-	CoolUntil time.Time     // destination cooling down until then
-	Busy      bool          // all in-flight slots taken
-	Wait      time.Duration // rate limited: earliest the next request may go
+	Token string // the in-flight slot taken; "" unless admitted
+	// SendIn is how long an admitted request must wait before it goes: the
+	// rate limiter booked it a slot that short a time ahead.
+	SendIn    time.Duration
+	Unknown   bool          // no such subscriber, or not the generation the task was published for
+	Paused    string        // the pause reason, when paused
+	NotBefore time.Duration // the task's not-before time is this far off
+	CoolFor   time.Duration // the destination cools down this much longer
+	Busy      bool          // every in-flight slot is taken
+	Wait      time.Duration // rate limited beyond the reservation horizon: the next request may go then
 }
 
-// Admitted reports whether the request may be sent now.
+// Admitted reports whether the request may be sent (after SendIn).
 func (a Admission) Admitted() bool { return a.Token != "" }
 
-// KEYS[1]: subscribers hash, KEYS[2]: paused set, KEYS[3]: cooldown (Unix ms),
-// KEYS[4]: in-flight zset (member: token, score: expiry Unix ms),
-// KEYS[5]: GCRA key, the very key redis_rate uses ("rate:" + key).
-// ARGV[1]: subscriber id, ARGV[2]: token, ARGV[3]: slot ttl ms,
-// ARGV[4]: max in-flight, ARGV[5]: burst, ARGV[6]: rate, ARGV[7]: period seconds.
-// Reply: {code, detail}: 0 admitted (slot taken, one request of the limit
-// spent); 1 unknown subscriber; 2 paused; 3 cooling down (detail: until, Unix
-// ms); 4 all slots busy; 5 rate limited (detail: seconds to wait).
+// AdmitRequest is what Admit checks one request against.
+type AdmitRequest struct {
+	Gen         string    // the generation the task was published for; "" takes any
+	TaskID      string    // leaves the waiting index when admitted
+	NotBefore   time.Time // zero: none
+	Limit       Limit
+	MaxInFlight int
+	SlotTTL     time.Duration // a slot whose holder vanished frees itself after this
+	// Reserve is the longest SendIn Admit may book: within it a
+	// rate-limited request gets a slot of its own ahead instead of a
+	// refusal. 0: admit now or refuse.
+	Reserve time.Duration
+}
+
+// KEYS: 1 gate record, 2 cooldown, 3 in-flight, 4 GCRA, 5 waiting.
+// ARGV: 1 generation ("" any), 2 token, 3 slot ttl ms, 4 max in-flight,
+// 5 burst, 6 rate, 7 period s, 8 reserve ms, 9 not-before Unix ms (0 none),
+// 10 task id.
+// Reply {code, detail}: 0 admitted (detail: ms to wait before sending, "0"
+// now); 1 unknown subscriber or stale generation; 2 paused (reason);
+// 3 cooling down (ms left); 4 every slot busy; 5 rate limited (ms to
+// wait); 6 not before (ms left).
 //
 // Every gate of a delivery in one round trip, checked in order; a refusal
-// writes nothing. The rate limit step is redis_rate v10's GCRA (allowN with
-// cost 1), same key, same arithmetic, so the two can share a limit; it is
-// inlined because a Lua script cannot call another and redis_rate cannot be
-// pipelined. The cooldown is checked in the same step as the slot is taken,
-// so a task that waited for a slot cannot slip out after another task's 429
-// set a cooldown: the 429's holder writes the cooldown before it releases its
-// slot. Expired slots (a worker that died mid-request) are dropped first.
+// writes nothing. The rate step is redis_rate v10's GCRA (allowN with cost
+// 1), same key, same arithmetic, so the two share a limit; it is inlined
+// because a Lua script cannot call another and redis_rate cannot be
+// pipelined. Where redis_rate would refuse for less than the reservation
+// horizon, the request takes the next slot anyway and is told how long to
+// wait: the requests then leave exactly one emission interval apart, each
+// holding its own slot, instead of all sleeping the same RetryAfter and
+// waking to be refused together. The cooldown is checked in the same step
+// as a slot is taken: the holder of a 429 records the cooldown before it
+// releases its slot, so no request can slip out after it. Expired slots (a
+// worker that died mid-request) are dropped first.
 var admitScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {1, ''} end
-if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return {2, ''} end
+local rec = redis.call('HMGET', KEYS[1], 'gen', 'paused')
+if not rec[1] or (ARGV[1] ~= '' and ARGV[1] ~= rec[1]) then return {1, ''} end
+if rec[2] then return {2, rec[2]} end
 local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
-local cool = tonumber(redis.call('GET', KEYS[3]) or '0')
-if cool > now_ms then return {3, string.format('%d', cool)} end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms)
-if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[4]) then return {4, ''} end
+local nb = tonumber(ARGV[9])
+if nb > now_ms then return {6, string.format('%d', nb - now_ms)} end
+local cool = tonumber(redis.call('GET', KEYS[2]) or '0')
+if cool > now_ms then return {3, string.format('%d', cool - now_ms)} end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return {4, ''} end
 
 local jan_1_2017 = 1483228800
 local now = (t[1] - jan_1_2017) + (t[2] / 1000000)
 local emission_interval = tonumber(ARGV[7]) / tonumber(ARGV[6])
 local burst_offset = emission_interval * tonumber(ARGV[5])
-local tat = redis.call('GET', KEYS[5])
+local tat = redis.call('GET', KEYS[4])
 if not tat then tat = now else tat = tonumber(tat) end
 tat = math.max(tat, now)
 local new_tat = tat + emission_interval
-local allow_at = new_tat - burst_offset
-if now - allow_at < 0 then return {5, tostring(allow_at - now)} end
-redis.call('SET', KEYS[5], new_tat, 'EX', math.ceil(new_tat - now))
+local wait = new_tat - burst_offset - now
+if wait > 0 and wait * 1000 > tonumber(ARGV[8]) then return {5, string.format('%d', math.ceil(wait * 1000))} end
+if wait < 0 then wait = 0 end
+redis.call('SET', KEYS[4], new_tat, 'EX', math.ceil(new_tat - now))
 
-redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[3]), ARGV[2])
-redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[3]) + 1000)
-return {0, ''}`)
+local wait_ms = math.ceil(wait * 1000)
+redis.call('ZADD', KEYS[3], now_ms + wait_ms + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[3], wait_ms + tonumber(ARGV[3]) + 1000)
+redis.call('ZREM', KEYS[5], ARGV[10])
+return {0, string.format('%d', wait_ms)}`)
 
-// Admit runs every gate for one request to sub in one round trip: the
-// subscriber exists and is not paused, its destination is not cooling down,
-// an in-flight slot (held at most ttl) is free, and its rate limit allows a
-// request now. subscribers and paused are the keys of the subscriber hash
-// and the paused set.
-func (g *Gates) Admit(ctx context.Context, subscribers, paused, sub string, l Limit, maxInFlight int, ttl time.Duration) (Admission, error) {
+// Admit runs every gate for one request to the subscriber of k in one
+// round trip: it exists in the task's generation and is not paused, the
+// task's not-before time has come, its destination is not cooling down, an
+// in-flight slot is free, and its rate limit allows a request now or
+// within r.Reserve.
+func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admission, error) {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
-	keys := []string{subscribers, paused, g.CooldownKey(sub), g.inflightKey(sub), "rate:" + g.RateKey(sub)}
-	res, err := admitScript.Run(ctx, g.rdb, keys, sub, token, ttl.Milliseconds(), maxInFlight,
-		l.Burst, l.Rate, l.Period.Seconds()).Slice()
+	var nb int64
+	if !r.NotBefore.IsZero() {
+		nb = r.NotBefore.UnixMilli()
+	}
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Waiting}
+	res, err := admitScript.Run(ctx, g.rdb, keys, r.Gen, token, r.SlotTTL.Milliseconds(), r.MaxInFlight,
+		r.Limit.Burst, r.Limit.Rate, r.Limit.Period.Seconds(), r.Reserve.Milliseconds(), nb, r.TaskID).Slice()
 	if err != nil {
 		return Admission{}, err
 	}
 	code, _ := res[0].(int64)
 	detail, _ := res[1].(string)
+	ms := func() time.Duration {
+		n, _ := strconv.ParseInt(detail, 10, 64)
+		return time.Duration(n) * time.Millisecond
+	}
 	switch code {
 	case 0:
-		return Admission{Token: token}, nil
+		return Admission{Token: token, SendIn: ms()}, nil
 	case 1:
 		return Admission{Unknown: true}, nil
 	case 2:
-		return Admission{Paused: true}, nil
+		return Admission{Paused: detail}, nil
 	case 3:
-		return Admission{CoolUntil: ParseCooldown(detail)}, nil
+		return Admission{CoolFor: ms()}, nil
 	case 4:
 		return Admission{Busy: true}, nil
 	case 5:
-		secs, err := strconv.ParseFloat(detail, 64)
-		if err != nil {
-			return Admission{}, fmt.Errorf("admit: bad wait %q", detail)
-		}
-		return Admission{Wait: max(time.Duration(secs*float64(time.Second)), time.Millisecond)}, nil
+		return Admission{Wait: max(ms(), time.Millisecond)}, nil
+	case 6:
+		return Admission{NotBefore: ms()}, nil
 	}
 	return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 }
 
 // ReleaseIn queues the release of an in-flight slot taken by Admit on a
 // pipeline: the worker frees slots with its other writes after a request.
-func (g *Gates) ReleaseIn(ctx context.Context, p redis.Pipeliner, sub, token string) {
-	p.ZRem(ctx, g.inflightKey(sub), token)
+func (g *Gates) ReleaseIn(ctx context.Context, p redis.Pipeliner, k GateKeys, token string) {
+	p.ZRem(ctx, k.InFlight, token)
 }
 
-// InFlight counts the live slots of sub.
-func (g *Gates) InFlight(ctx context.Context, sub string) (int64, error) {
-	return g.rdb.ZCount(ctx, g.inflightKey(sub), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()
+// InFlight counts the live slots of a subscriber.
+func (g *Gates) InFlight(ctx context.Context, k GateKeys) (int64, error) {
+	return g.rdb.ZCount(ctx, k.InFlight, strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()
 }
 
 // InFlightIn queues InFlight on a pipeline, for readers of many subscribers.
-func (g *Gates) InFlightIn(ctx context.Context, p redis.Pipeliner, sub string) *redis.IntCmd {
-	return p.ZCount(ctx, g.inflightKey(sub), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf")
+func (g *Gates) InFlightIn(ctx context.Context, p redis.Pipeliner, k GateKeys) *redis.IntCmd {
+	return p.ZCount(ctx, k.InFlight, strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf")
 }
 
-// KEYS[1]: pacing cursor, a GCRA theoretical arrival time in Unix ms.
-// ARGV[1]: interval ms (float), ARGV[2]: burst, ARGV[3]: not-before Unix ms (0: now).
-// Reply: the wake-up time reserved for this task, Unix ms.
-// Unlike the rate limiter, the cursor always advances: each deferred task
-// books its own future slot, so a backlog of N tasks wakes about Rate at a
-// time instead of N at once and then re-checking forever.
-var reserveScript = redis.NewScript(`
+// Forget deletes every gate key but the record (used when a subscriber is
+// deleted or its limit changes). Publish markers expire by themselves.
+func (g *Gates) Forget(ctx context.Context, p redis.Pipeliner, k GateKeys) {
+	p.Del(ctx, k.Cooldown, k.InFlight, k.Rate, k.Pacing, k.Waiting)
+}
+
+// ResetPace forgets the rate limiter's and the pacing cursor's history, so
+// that a changed limit applies from now instead of after the old pace's
+// bookings.
+func (g *Gates) ResetPace(ctx context.Context, p redis.Pipeliner, k GateKeys) {
+	p.Del(ctx, k.Rate, k.Pacing)
+}
+
+// KEYS[1]: gate record. ARGV[1]: generation ("" any), ARGV[2]: reason,
+// ARGV[3]: Unix ms. Pauses the subscriber if it is still the generation a
+// task was published for: a 410 to an old task must not pause a re-created
+// subscriber.
+var pauseScript = redis.NewScript(`
+local gen = redis.call('HGET', KEYS[1], 'gen')
+if not gen or (ARGV[1] ~= '' and ARGV[1] ~= gen) then return 0 end
+redis.call('HSET', KEYS[1], 'paused', ARGV[2], 'paused_at', ARGV[3])
+return 1`)
+
+// Pause pauses the subscriber of k with reason, if gen is its generation
+// ("" any).
+func (g *Gates) Pause(ctx context.Context, k GateKeys, gen, reason string) error {
+	return pauseScript.Run(ctx, g.rdb, []string{k.Record}, gen, reason, time.Now().UnixMilli()).Err()
+}
+
+// KEYS[1]: cooldown. Reply: ms left of the destination's cooldown (0: none).
+var coolingScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local nb = math.max(tonumber(ARGV[3]), now)
-local interval = tonumber(ARGV[1])
-local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), nb) + interval
-local wake = math.max(tat - interval * tonumber(ARGV[2]), nb)
-redis.call('SET', KEYS[1], string.format('%.3f', tat), 'PX', math.ceil(tat - now + 60000))
-return string.format('%d', math.ceil(wake))`)
+local cool = tonumber(redis.call('GET', KEYS[1]) or '0')
+return math.max(cool - now, 0)`)
 
-// Reservation asks Reserve for a wake-up slot for one task of Subscriber.
-type Reservation struct {
-	Subscriber string
-	Limit      Limit
-	NotBefore  time.Time // zero: now
-}
-
-// Reserve books a wake-up slot at or after NotBefore on each subscriber's
-// pacing cursor, in one round trip. The slots are spaced at the subscriber's
-// rate after its burst, so that work deferred together wakes as fast as the
-// limit lets it be sent and no faster.
-func (g *Gates) Reserve(ctx context.Context, rs ...Reservation) ([]time.Time, error) {
-	cmds := make([]*redis.Cmd, len(rs))
-	_, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range rs {
-			var nb int64
-			if !r.NotBefore.IsZero() {
-				nb = r.NotBefore.UnixMilli()
-			}
-			ms := float64(r.Limit.Interval()) / float64(time.Millisecond)
-			// Eval, not Run: Run's NOSCRIPT fallback cannot work inside a pipeline.
-			cmds[i] = reserveScript.Eval(ctx, p, []string{g.pacingKey(r.Subscriber)}, ms, r.Limit.Burst, nb)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]time.Time, len(rs))
-	for i, c := range cmds {
-		ms, err := strconv.ParseInt(c.Val().(string), 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = time.UnixMilli(ms)
-	}
-	return out, nil
-}
-
-// Forget deletes every gate key of sub (used when a subscriber is deleted).
-func (g *Gates) Forget(ctx context.Context, sub string) error {
-	return g.rdb.Del(ctx, g.CooldownKey(sub), g.inflightKey(sub), g.pacingKey(sub), "rate:"+g.RateKey(sub)).Err()
+// CoolingFor is how much longer the destination of k cools down (Redis'
+// clock). A request admitted to go a moment later asks this again before it
+// goes: a 429 that arrived meanwhile holds it too.
+func (g *Gates) CoolingFor(ctx context.Context, k GateKeys) (time.Duration, error) {
+	ms, err := coolingScript.Run(ctx, g.rdb, []string{k.Cooldown}).Int64()
+	return time.Duration(ms) * time.Millisecond, err
 }

@@ -1,4 +1,4 @@
-package limits
+package limits_test
 
 import (
 	"context"
@@ -10,160 +10,293 @@ import (
 
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
 )
 
 var redisSrv *deploy.Redis
 
-func TestMain(m *testing.M) {
-	testkit.Main(m, &redisSrv)
+func TestMain(m *testing.M) { testkit.Main(m, &redisSrv) }
+
+// bundle is one test's gates, namespace and client.
+type bundle struct {
+	g   *limits.Gates
+	rdb *redis.Client
+	ns  tasks.Keys
+	k   limits.GateKeys // subscriber "s"
 }
 
-// newGates returns gates in a namespace of the test's own, on a client it
-// closes when the test ends.
-func newGates(t *testing.T) *Gates {
+// setup registers subscriber "s" (generation "g1") in a namespace of the
+// test's own.
+func setup(t *testing.T) *bundle {
 	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { c.Close() })
-	return NewGates(c, testkit.Namespace("t"))
-}
-
-func TestCooldownKeepsLater(t *testing.T) {
-	g, ctx := newGates(t), context.Background()
-	far := time.Now().Add(time.Minute).Truncate(time.Millisecond)
-	near := time.Now().Add(10 * time.Second).Truncate(time.Millisecond)
-	if got, err := g.Cooldown(ctx, "s", far); err != nil || !got.Equal(far) {
-		t.Fatalf("first cooldown = %v, %v; want %v", got, err, far)
-	}
-	if got, err := g.Cooldown(ctx, "s", near); err != nil || !got.Equal(far) {
-		t.Fatalf("shorter cooldown = %v, %v; want the later %v kept", got, err, far)
-	}
-}
-
-// admitter registers subscriber "s" in a fresh namespace and returns a
-// function that runs Admit for it.
-func admitter(t *testing.T, l Limit, maxInFlight int, ttl time.Duration) (*Gates, func() Admission) {
-	g := newGates(t)
-	if err := g.rdb.HSet(context.Background(), g.ns+":subscribers", "s", "{}").Err(); err != nil {
+	ns := tasks.Keys(testkit.Namespace("t"))
+	b := &bundle{g: limits.NewGates(c), rdb: c, ns: ns, k: ns.Gates("s")}
+	if err := c.HSet(context.Background(), b.k.Record, "gen", "g1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	return g, func() Admission {
-		a, err := g.Admit(context.Background(), g.ns+":subscribers", g.ns+":paused", "s", l, maxInFlight, ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
+	return b
+}
+
+func (b *bundle) admit(t *testing.T, r limits.AdmitRequest) limits.Admission {
+	t.Helper()
+	if r.MaxInFlight == 0 {
+		r.MaxInFlight = 100
+	}
+	if r.Limit.IsZero() {
+		r.Limit = wide
+	}
+	if r.SlotTTL == 0 {
+		r.SlotTTL = time.Minute
+	}
+	a, err := b.g.Admit(context.Background(), b.k, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+var wide = limits.Limit{Rate: 1000, Burst: 1000, Period: time.Second}
+
+// redisNow is Redis' clock, which every gate compares against.
+func (b *bundle) redisNow(t *testing.T) time.Time {
+	t.Helper()
+	now, err := b.rdb.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+func TestCooldownIsOnRedisClockAndKeepsLater(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	before := b.redisNow(t)
+	until, left, err := b.g.Cooldown(ctx, b.k, limits.RetryAfter{After: time.Minute}, time.Hour)
+	after := b.redisNow(t)
+	if err != nil || until.Before(before.Add(time.Minute).Truncate(time.Millisecond)) || until.After(after.Add(time.Minute)) {
+		t.Fatalf("Retry-After 60s: cooldown until %v (%v), want Redis' now + 60s, between %v and %v", until, err, before.Add(time.Minute), after.Add(time.Minute))
+	}
+	if left > time.Minute || left < 59*time.Second {
+		t.Fatalf("left %v, want about 60s", left)
+	}
+	if got, _, err := b.g.Cooldown(ctx, b.k, limits.RetryAfter{After: 10 * time.Second}, time.Hour); err != nil || !got.Equal(until) {
+		t.Fatalf("shorter cooldown = %v, %v; want the later %v kept", got, err, until)
+	}
+	// An HTTP-date is absolute; a past one means now; any is capped.
+	date := after.Add(2 * time.Minute).Truncate(time.Second)
+	if got, _, err := b.g.Cooldown(ctx, b.k, limits.RetryAfter{At: date}, time.Hour); err != nil || !got.Equal(date) {
+		t.Fatalf("HTTP-date %v: cooldown %v, %v", date, got, err)
+	}
+	if got, _, err := b.g.Cooldown(ctx, b.k, limits.RetryAfter{After: 99 * time.Hour}, 5*time.Minute); err != nil ||
+		got.After(b.redisNow(t).Add(5*time.Minute)) || !got.After(date) {
+		t.Fatalf("capped cooldown %v, %v; want at most 5m from now and later than %v", got, err, date)
 	}
 }
 
-var wide = Limit{Rate: 1000, Burst: 1000, Period: time.Second}
-
 func TestAdmitCapsInFlightAndExpiresSlots(t *testing.T) {
-	g, admit := admitter(t, wide, 2, 300*time.Millisecond)
-	ctx := context.Background()
-	first, second := admit(), admit()
+	b, ctx := setup(t), context.Background()
+	r := limits.AdmitRequest{MaxInFlight: 2, SlotTTL: 300 * time.Millisecond}
+	first, second := b.admit(t, r), b.admit(t, r)
 	if !first.Admitted() || !second.Admitted() {
 		t.Fatalf("first two: %+v %+v", first, second)
 	}
-	if a := admit(); !a.Busy {
+	if a := b.admit(t, r); !a.Busy {
 		t.Fatalf("third with max 2: %+v, want busy", a)
 	}
-	if _, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { g.ReleaseIn(ctx, p, "s", first.Token); return nil }); err != nil {
+	if _, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { b.g.ReleaseIn(ctx, p, b.k, first.Token); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if a := admit(); !a.Admitted() {
+	if a := b.admit(t, r); !a.Admitted() {
 		t.Fatalf("after release: %+v", a)
 	}
 	// second was never released, as by a crashed worker: it frees itself.
-	testkit.Eventually(t, 5*time.Second, "the expired slot reclaimed", func() bool { return admit().Admitted() })
+	testkit.Eventually(t, 5*time.Second, "the expired slot reclaimed", func() bool { return b.admit(t, r).Admitted() })
 }
 
 func TestAdmitRefusals(t *testing.T) {
-	g, admit := admitter(t, wide, 5, time.Second)
-	ctx := context.Background()
-	until := time.Now().Add(time.Minute).Truncate(time.Millisecond)
-	if _, err := g.Cooldown(ctx, "s", until); err != nil {
+	b, ctx := setup(t), context.Background()
+	if _, _, err := b.g.Cooldown(ctx, b.k, limits.RetryAfter{After: time.Minute}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if a := admit(); !a.CoolUntil.Equal(until) || a.Admitted() {
-		t.Fatalf("during cooldown: %+v, want cooling until %v", a, until)
+	if a := b.admit(t, limits.AdmitRequest{}); a.CoolFor < 59*time.Second || a.Admitted() {
+		t.Fatalf("during cooldown: %+v, want cooling about a minute", a)
 	}
-	g.rdb.SAdd(ctx, g.ns+":paused", "s")
-	if a := admit(); !a.Paused {
+	if a := b.admit(t, limits.AdmitRequest{NotBefore: time.Now().Add(time.Hour)}); a.NotBefore < 59*time.Minute || a.Admitted() {
+		t.Fatalf("not before an hour from now: %+v", a)
+	}
+	if a := b.admit(t, limits.AdmitRequest{Gen: "g0"}); !a.Unknown {
+		t.Fatalf("a task of an older generation: %+v, want unknown", a)
+	}
+	b.rdb.HSet(ctx, b.k.Record, "paused", "operator")
+	if a := b.admit(t, limits.AdmitRequest{Gen: "g1"}); a.Paused != "operator" {
 		t.Fatalf("paused: %+v", a)
 	}
-	g.rdb.HDel(ctx, g.ns+":subscribers", "s")
-	if a := admit(); !a.Unknown {
+	b.rdb.Del(ctx, b.k.Record)
+	if a := b.admit(t, limits.AdmitRequest{}); !a.Unknown {
 		t.Fatalf("deleted: %+v", a)
 	}
-	if n, _ := g.rdb.ZCard(ctx, g.inflightKey("s")).Result(); n != 0 {
+	if n, _ := b.rdb.ZCard(ctx, b.k.InFlight).Result(); n != 0 {
 		t.Fatalf("refusals took %d slots", n)
 	}
 }
 
-func TestAdmitRateLimit(t *testing.T) {
-	_, admit := admitter(t, Limit{Rate: 10, Burst: 3, Period: time.Second}, 100, time.Minute)
+// Within the reservation horizon a rate-limited request is booked the next
+// slot and told how long to wait; past it, it is refused with the wait.
+func TestAdmitRateLimitReserves(t *testing.T) {
+	b := setup(t)
+	l := limits.Limit{Rate: 1, Burst: 3, Period: time.Minute} // one per minute: nothing refills during the test
 	for i := range 3 {
-		if a := admit(); !a.Admitted() {
-			t.Fatalf("request %d: %+v", i, a)
+		if a := b.admit(t, limits.AdmitRequest{Limit: l}); !a.Admitted() || a.SendIn != 0 {
+			t.Fatalf("request %d of the burst: %+v", i, a)
 		}
 	}
-	if a := admit(); a.Admitted() || a.Wait <= 0 || a.Wait > 100*time.Millisecond {
-		t.Fatalf("4th request: %+v; want a wait in (0, 100ms]", a)
+	if a := b.admit(t, limits.AdmitRequest{Limit: l}); a.Admitted() || a.Wait < 58*time.Second || a.Wait > time.Minute {
+		t.Fatalf("4th request, no reservation: %+v; want a wait of about a minute", a)
+	}
+	a := b.admit(t, limits.AdmitRequest{Limit: l, Reserve: 2 * time.Minute})
+	if !a.Admitted() || a.SendIn < 58*time.Second || a.SendIn > time.Minute {
+		t.Fatalf("4th request, reserving up to 2m: %+v; want admitted to send in about a minute", a)
+	}
+	next := b.admit(t, limits.AdmitRequest{Limit: l, Reserve: 3 * time.Minute})
+	if gap := next.SendIn - a.SendIn; !next.Admitted() || gap < time.Minute-time.Second || gap > time.Minute {
+		t.Fatalf("5th request: %+v, %v after the 4th; want one interval (1m) after it", next, gap)
 	}
 }
 
 // The rate step is redis_rate's GCRA on redis_rate's key: both see one limit.
 func TestAdmitSharesLimitWithRedisRate(t *testing.T) {
-	l := Limit{Rate: 5, Burst: 4, Period: time.Second}
-	g, admit := admitter(t, l, 100, time.Minute)
-	lim := redis_rate.NewLimiter(g.rdb)
-	ctx := context.Background()
+	b, ctx := setup(t), context.Background()
+	l := limits.Limit{Rate: 5, Burst: 4, Period: time.Second}
+	lim := redis_rate.NewLimiter(b.rdb)
 	for i := range 2 {
-		if a := admit(); !a.Admitted() {
+		if a := b.admit(t, limits.AdmitRequest{Limit: l}); !a.Admitted() {
 			t.Fatalf("admit %d: %+v", i, a)
 		}
-		res, err := lim.Allow(ctx, g.RateKey("s"), l.RedisRate())
+		res, err := lim.Allow(ctx, b.ns.RateLimiterKey("s"), l.RedisRate())
 		if err != nil || res.Allowed != 1 {
 			t.Fatalf("redis_rate %d: %+v, %v", i, res, err)
 		}
 	}
-	res, err := lim.Allow(ctx, g.RateKey("s"), l.RedisRate())
+	start := time.Now()
+	res, err := lim.Allow(ctx, b.ns.RateLimiterKey("s"), l.RedisRate())
 	if err != nil || res.Allowed != 0 {
 		t.Fatalf("redis_rate after a burst of 4 spent half each way: %+v, %v", res, err)
 	}
-	a := admit()
-	if a.Admitted() || a.Wait-res.RetryAfter > 5*time.Millisecond || res.RetryAfter-a.Wait > 5*time.Millisecond {
-		t.Fatalf("admit wait %v vs redis_rate RetryAfter %v: they should agree", a.Wait, res.RetryAfter)
+	a := b.admit(t, limits.AdmitRequest{Limit: l})
+	// The two waits were read apart by the time between the calls: they
+	// agree to within that.
+	if d := a.Wait - res.RetryAfter; a.Admitted() || d > time.Millisecond || -d > time.Since(start)+time.Millisecond {
+		t.Fatalf("admit wait %v vs redis_rate RetryAfter %v (%v apart): they should agree", a.Wait, res.RetryAfter, time.Since(start))
 	}
 }
 
-func TestReserveSpacesSlots(t *testing.T) {
-	g, ctx := newGates(t), context.Background()
-	l := Limit{Rate: 10, Burst: 2, Period: time.Second}
-	rs := make([]Reservation, 6)
-	for i := range rs {
-		rs[i] = Reservation{Subscriber: "s", Limit: l}
+func TestBookSpacesSlotsAndBooksARepublishNothing(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	l := limits.Limit{Rate: 10, Burst: 2, Period: time.Second}
+	bs := make([]limits.Booking, 6)
+	for i := range bs {
+		bs[i] = limits.Booking{Keys: b.k, Limit: l, EventID: string(rune('a' + i)), TaskID: "s:" + string(rune('a'+i)), MarkerTTL: time.Minute}
 	}
-	before := time.Now()
-	wake, err := g.Reserve(ctx, rs...)
+	start := time.Now()
+	got, err := b.g.Book(ctx, bs...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Redis' clock stands in for now: allow a little skew.
-	const slop = 50 * time.Millisecond
-	for i, w := range wake[:2] {
-		if w.Before(before.Add(-slop)) || w.After(before.Add(slop)) {
-			t.Errorf("burst slot %d at %v, want about now", i, w.Sub(before))
+	for i, x := range got {
+		if x.Duplicate || x.Unknown || x.Gen != "g1" {
+			t.Fatalf("booking %d: %+v", i, x)
 		}
 	}
-	for i := 2; i < len(wake); i++ {
-		if gap := wake[i].Sub(wake[i-1]); gap < 99*time.Millisecond || gap > 101*time.Millisecond {
+	// The burst is due now; then one slot per interval, computed in Redis
+	// from one cursor (exact, whatever the time between calls).
+	for i, x := range got[:2] {
+		if x.In > time.Since(start) {
+			t.Errorf("burst slot %d in %v, want now", i, x.In)
+		}
+	}
+	for i := 3; i < len(got); i++ {
+		if gap := got[i].At.Sub(got[i-1].At); gap < 99*time.Millisecond || gap > 101*time.Millisecond {
 			t.Errorf("slot %d is %v after slot %d, want 100ms", i, gap, i-1)
 		}
 	}
-	nb := time.Now().Add(time.Minute)
-	late, err := g.Reserve(ctx, Reservation{Subscriber: "other", Limit: l, NotBefore: nb})
-	if err != nil || late[0].Before(nb.Truncate(time.Millisecond)) {
-		t.Fatalf("reservation with NotBefore %v got %v, %v", nb, late, err)
+	// A re-publish of the same events books nothing: the cursor stays put.
+	again, err := b.g.Book(ctx, bs[5])
+	if err != nil || !again[0].Duplicate {
+		t.Fatalf("re-publish: %+v, %v; want a duplicate", again, err)
+	}
+	fresh, err := b.g.Book(ctx, limits.Booking{Keys: b.k, Limit: l, EventID: "z", TaskID: "s:z", MarkerTTL: time.Minute})
+	if gap := fresh[0].At.Sub(got[5].At); err != nil || gap > 101*time.Millisecond || gap < 99*time.Millisecond {
+		t.Fatalf("the next new event is %v after the last booked one (%v); want one interval: the duplicate took no slot", gap, err)
+	}
+	// Slots a second or more ahead are parked in the waiting index.
+	if n, _ := b.g.WaitingCount(ctx, b.k); n != 0 {
+		t.Fatalf("%d parked; every slot here is within the second", n)
+	}
+}
+
+// Events due at a future time are paced from that time on a cursor of
+// their own: they do not push back events published for now.
+func TestNotBeforeBookingsDoNotDelayTheRest(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	l := limits.Limit{Rate: 1, Burst: 1, Period: time.Second}
+	nb := time.Now().Add(time.Hour)
+	var bs []limits.Booking
+	for i := range 5 {
+		id := string(rune('a' + i))
+		bs = append(bs, limits.Booking{Keys: b.k, Limit: l, EventID: id, TaskID: "s:" + id, MarkerTTL: time.Minute, NotBefore: nb})
+	}
+	later, err := b.g.Book(ctx, bs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if later[0].In < 59*time.Minute || later[4].At.Sub(later[0].At) != 4*time.Second {
+		t.Fatalf("not-before bookings %+v; want from an hour on, a second apart", later)
+	}
+	now, err := b.g.Book(ctx, limits.Booking{Keys: b.k, Limit: l, EventID: "now", TaskID: "s:now", MarkerTTL: time.Minute})
+	if err != nil || now[0].In > time.Second {
+		t.Fatalf("an event for now after them: in %v (%v); want now", now[0].In, err)
+	}
+	if n, _ := b.g.WaitingCount(ctx, b.k); n != 5 {
+		t.Fatalf("%d parked, want the 5 not-before events", n)
+	}
+}
+
+func TestBookRefusesPausedUnlessHeldAndUnknown(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.rdb.HSet(ctx, b.k.Record, "paused", "operator")
+	bk := limits.Booking{Keys: b.k, Limit: wide, EventID: "e", TaskID: "s:e", MarkerTTL: time.Minute}
+	if got, err := b.g.Book(ctx, bk); err != nil || !got[0].Paused {
+		t.Fatalf("paused: %+v, %v", got, err)
+	}
+	// Refused, it wrote nothing: held, it books.
+	bk.Held = true
+	if got, err := b.g.Book(ctx, bk); err != nil || got[0].Paused || got[0].Duplicate {
+		t.Fatalf("held: %+v, %v", got, err)
+	}
+	other := b.ns.Gates("nobody")
+	if got, err := b.g.Book(ctx, limits.Booking{Keys: other, Limit: wide, EventID: "e", TaskID: "nobody:e", MarkerTTL: time.Minute}); err != nil || !got[0].Unknown {
+		t.Fatalf("unknown subscriber: %+v, %v", got, err)
+	}
+}
+
+func TestParkBooksOnlyWhenAsked(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	l := limits.Limit{Rate: 1, Burst: 1, Period: time.Minute}
+	first, err := b.g.Park(ctx, limits.Parking{Keys: b.k, Limit: l, TaskID: "s:1", Book: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A busy or paused task waits its hold and takes nobody's slot.
+	if in, err := b.g.Park(ctx, limits.Parking{Keys: b.k, Limit: l, TaskID: "s:busy", Hold: time.Second}); err != nil || in > time.Second {
+		t.Fatalf("unbooked park in %v, %v; want the 1s hold", in, err)
+	}
+	second, err := b.g.Park(ctx, limits.Parking{Keys: b.k, Limit: l, TaskID: "s:2", Book: true})
+	if gap := second - first; err != nil || gap < 59*time.Second || gap > time.Minute {
+		t.Fatalf("second booked park %v after the first (%v); want one interval, the unbooked one took none", gap, err)
+	}
+	if n, _ := b.g.WaitingCount(ctx, b.k); n != 3 {
+		t.Fatalf("waiting index holds %d, want 3", n)
 	}
 }

@@ -2,10 +2,12 @@ package producer
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -22,75 +24,163 @@ type DeadLetterQuery struct {
 	IDs        []string  // task ids ("<subscriber>:<event>"); when set, the other filters still apply
 	// IncludeReplayed also returns entries already replayed.
 	IncludeReplayed bool
-	// Limit caps the result; default 100, at most 10,000. Replay ignores it
-	// and works through every match.
+	// Limit caps a page: default 100, at most 10,000 (Replay: default
+	// 1,000 per call).
 	Limit int
+	// Cursor continues where the page that returned it ended ("": from
+	// the newest). Opaque.
+	Cursor string
 }
 
 const maxPage = 10_000
 
-// DeadLetters returns matching ledger entries, newest first, with their
-// attempts.
-func (p *Producer) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]tasks.DeadLetter, error) {
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	out, _, err := p.deadPage(ctx, q, min(limit, maxPage), "+inf")
-	return out, err
+// ErrBadCursor: a cursor that no page returned.
+var ErrBadCursor = errors.New("bad cursor")
+
+// DeadLetters returns a page of matching ledger entries, newest first, with
+// their attempts, and the cursor of the next page ("" when there is none).
+// A page may hold fewer than Limit entries (even none) and still have a
+// next one: filters apply to what the index holds, and a page reads at most
+// ten times Limit index entries, so that its cost stays bounded however many
+// entries the filters skip.
+func (p *Producer) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]tasks.DeadLetter, string, error) {
+	return p.deadPage(ctx, q, cmpLimit(q.Limit, 100))
 }
 
-// deadPage returns up to n entries dead before max (a ZSET score bound) and
-// the bound to continue from ("" when there are no more).
-func (p *Producer) deadPage(ctx context.Context, q DeadLetterQuery, n int, max string) ([]tasks.DeadLetter, string, error) {
-	var ids []string
-	next := ""
+func cmpLimit(n, def int) int {
+	if n <= 0 {
+		return def
+	}
+	return min(n, maxPage)
+}
+
+// position is a place in an index: entries older than it come next.
+type position struct {
+	score  int64  // Unix ms
+	member string // task id; among equal scores, members sort descending
+}
+
+func (c position) encode() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.score, 10) + ":" + c.member))
+}
+
+func decodeCursor(s string) (position, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return position{}, fmt.Errorf("%w: %q", ErrBadCursor, s)
+	}
+	score, member, ok := strings.Cut(string(b), ":")
+	n, err := strconv.ParseInt(score, 10, 64)
+	if !ok || err != nil {
+		return position{}, fmt.Errorf("%w: %q", ErrBadCursor, s)
+	}
+	return position{n, member}, nil
+}
+
+func (p *Producer) deadPage(ctx context.Context, q DeadLetterQuery, n int) ([]tasks.DeadLetter, string, error) {
 	if len(q.IDs) > 0 {
-		if max != "+inf" {
-			return nil, "", nil
+		if len(q.IDs) > maxPage {
+			return nil, "", &tasks.FieldError{Field: "ids", Msg: fmt.Sprintf("at most %d", maxPage)}
 		}
-		ids = q.IDs
-	} else {
-		index := p.keys.DeadIndex()
-		if q.Subscriber != "" {
-			index = p.keys.DeadBySubscriber(q.Subscriber)
-		}
-		if !q.Until.IsZero() && max == "+inf" {
-			max = "(" + strconv.FormatInt(q.Until.UnixMilli(), 10)
-		}
-		minScore := "-inf"
-		if !q.Since.IsZero() {
-			minScore = strconv.FormatInt(q.Since.UnixMilli(), 10)
-		}
-		zs, err := p.rdb.ZRevRangeByScoreWithScores(ctx, index, &redis.ZRangeBy{Max: max, Min: minScore, Count: int64(n)}).Result()
+		out, err := p.readEntries(ctx, q.IDs, q)
+		return out, "", err
+	}
+	var from *position
+	if q.Cursor != "" {
+		c, err := decodeCursor(q.Cursor)
 		if err != nil {
-			return nil, "", fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+			return nil, "", err
 		}
-		for _, z := range zs {
-			ids = append(ids, z.Member.(string))
+		from = &c
+	}
+	index := p.keys.AllDeadIndex()
+	if q.Subscriber != "" {
+		index = p.keys.DeadIndex(q.Subscriber)
+	}
+	var out []tasks.DeadLetter
+	budget := 10 * n
+	for len(out) < n && budget > 0 {
+		ids, last, more, err := p.indexRange(ctx, index, q, from, min(n-len(out), budget))
+		if err != nil {
+			return nil, "", err
 		}
-		if len(zs) == n {
-			// Entries sharing the last score are re-read; callers skip
-			// duplicates by task id.
-			next = strconv.FormatFloat(zs[len(zs)-1].Score, 'f', 0, 64)
+		budget -= len(ids)
+		entries, err := p.readEntries(ctx, ids, q)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, entries...)
+		if !more {
+			return out, "", nil
+		}
+		from = &last
+	}
+	return out, from.encode(), nil
+}
+
+// indexRange reads up to n task ids of index older than from (nil: the
+// newest), within q's time range. more reports whether the index may hold
+// further ones; last is the position of the last id read.
+func (p *Producer) indexRange(ctx context.Context, index string, q DeadLetterQuery, from *position, n int) (ids []string, last position, more bool, err error) {
+	maxS, minS := "+inf", "-inf"
+	if !q.Until.IsZero() {
+		maxS = "(" + strconv.FormatInt(q.Until.UnixMilli(), 10)
+	}
+	if !q.Since.IsZero() {
+		minS = strconv.FormatInt(q.Since.UnixMilli(), 10)
+	}
+	skip := 0
+	if from != nil {
+		maxS = strconv.FormatInt(from.score, 10) // below Until: it was read from the range
+		// Entries at from's score that sort after from.member were read
+		// already: count them to skip.
+		same, err := p.rdb.ZRevRangeByScore(ctx, index, &redis.ZRangeBy{Max: maxS, Min: maxS}).Result()
+		if err != nil {
+			return nil, last, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+		for _, m := range same {
+			if m >= from.member {
+				skip++
+			}
 		}
 	}
+	zs, err := p.rdb.ZRevRangeByScoreWithScores(ctx, index, &redis.ZRangeBy{Max: maxS, Min: minS, Offset: int64(skip), Count: int64(n)}).Result()
+	if err != nil {
+		return nil, last, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	for _, z := range zs {
+		ids = append(ids, z.Member.(string))
+	}
+	if len(zs) > 0 {
+		z := zs[len(zs)-1]
+		last = position{int64(z.Score), z.Member.(string)}
+	}
+	return ids, last, len(zs) == n, nil
+}
+
+// readEntries reads the ledger entries of ids that match q, with their
+// attempts. An index entry whose ledger entry is gone (past its retention,
+// deleted) is dropped from the indexes.
+func (p *Producer) readEntries(ctx context.Context, ids []string, q DeadLetterQuery) ([]tasks.DeadLetter, error) {
 	entries := make([]*redis.StringCmd, len(ids))
 	attempts := make([]*redis.StringSliceCmd, len(ids))
 	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for i, id := range ids {
-			entries[i] = pl.Get(ctx, p.keys.DeadLetter(id))
-			attempts[i] = pl.LRange(ctx, p.keys.Attempts(id), 0, -1)
+			lk := p.keys.Ledger(id)
+			entries[i] = pl.Get(ctx, lk.Entry)
+			attempts[i] = pl.LRange(ctx, lk.Attempts, 0, -1)
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, "", fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	out := make([]tasks.DeadLetter, 0, len(ids))
-	for i := range ids {
-		if entries[i].Err() != nil {
-			continue // expired past its retention, or never dead
+	var gone []string
+	for i, id := range ids {
+		if entries[i] == nil || entries[i].Err() != nil {
+			gone = append(gone, id)
+			continue
 		}
 		var e tasks.DeadLetter
 		if err := json.Unmarshal([]byte(entries[i].Val()), &e); err != nil {
@@ -100,56 +190,100 @@ func (p *Producer) deadPage(ctx context.Context, q DeadLetterQuery, n int, max s
 			(!q.Since.IsZero() && e.DeadAt.Before(q.Since)) || (!q.Until.IsZero() && !e.DeadAt.Before(q.Until)) {
 			continue
 		}
+		prev := ""
 		for _, a := range attempts[i].Val() {
+			// A batch of outcomes retried after a write that failed halfway
+			// may have pushed one attempt twice.
 			var at tasks.Attempt
-			if json.Unmarshal([]byte(a), &at) == nil {
+			if a != prev && json.Unmarshal([]byte(a), &at) == nil {
 				e.Attempts = append(e.Attempts, at)
 			}
+			prev = a
 		}
 		out = append(out, e)
 	}
-	return out, next, nil
+	if len(gone) > 0 {
+		p.dropFromIndexes(ctx, gone)
+	}
+	return out, nil
+}
+
+// dropFromIndexes removes task ids whose ledger entry is gone.
+func (p *Producer) dropFromIndexes(ctx context.Context, ids []string) {
+	_, _ = p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for _, id := range ids {
+			pl.ZRem(ctx, p.keys.AllDeadIndex(), id)
+			pl.ZRem(ctx, p.keys.Ledger(id).Index, id)
+		}
+		return nil
+	})
 }
 
 // ReplayOutcome is what Replay did with one dead letter.
 type ReplayOutcome struct {
-	TaskID  string  `json:"task_id"`
-	Outcome Outcome `json:"outcome"` // enqueued, duplicate (already queued or delivered), failed
+	TaskID string `json:"task_id"`
+	// Outcome: enqueued; duplicate (already queued again); not_dead (the
+	// task is queued, running or delivered: the entry was stale, and
+	// nothing is sent again); failed (see Error).
+	Outcome Outcome `json:"outcome"`
 	Error   string  `json:"error,omitempty"`
 }
 
-// Replay re-enqueues every matching dead letter that has not been replayed,
-// with the same event id (so receivers still dedupe on webhook-id), fresh
-// attempts and a fresh retry horizon, and marks it replayed. An entry whose
-// subscriber was deleted or whose payload was unreadable is reported failed
-// and left as it is. Replay is safe to repeat.
-func (p *Producer) Replay(ctx context.Context, q DeadLetterQuery) ([]ReplayOutcome, error) {
+// NotDead is the outcome of replaying an entry whose task is not dead.
+const NotDead Outcome = "not_dead"
+
+// Replay re-enqueues up to Limit (default 1,000) matching dead letters
+// that have not been replayed, newest first, with the same event id (so
+// receivers still dedupe on webhook-id), a fresh attempt list and a fresh
+// retry horizon, marks each replayed, and returns the cursor to continue
+// from ("" when done).
+//
+// Only a task that is really dead is sent again: archived in asynq, or
+// gone from it. An entry whose task is queued, running or delivered (the
+// ledger is written before asynq archives: a worker that died between the
+// two left the task to be retried) is reported not_dead and left; the
+// delivery clears it. An entry whose subscriber was deleted or whose
+// payload was unreadable is reported failed and left as it is.
+//
+// Each entry is marked as soon as it is enqueued, so a replay cut off
+// halfway (a timeout, a crash) is finished by running the same query again:
+// what was replayed is skipped.
+func (p *Producer) Replay(ctx context.Context, q DeadLetterQuery) ([]ReplayOutcome, string, error) {
 	q.IncludeReplayed = false
-	var out []ReplayOutcome
-	seen := map[string]bool{}
-	var errs []error
-	for max := "+inf"; max != ""; {
-		page, next, err := p.deadPage(ctx, q, 1000, max)
-		if err != nil {
-			return out, err
-		}
-		if next == max { // a full page of one millisecond: step past it
-			next = "(" + next
-		}
-		max = next
-		for _, e := range page {
-			if seen[e.TaskID] {
-				continue
-			}
-			seen[e.TaskID] = true
-			o := p.replayOne(ctx, e)
-			if o.Outcome == Failed {
-				errs = append(errs, fmt.Errorf("%s: %s", o.TaskID, o.Error))
-			}
-			out = append(out, o)
-		}
+	page, next, err := p.deadPage(ctx, q, cmpLimit(q.Limit, 1000))
+	if err != nil {
+		return nil, "", err
 	}
-	return out, errors.Join(errs...)
+	out := make([]ReplayOutcome, 0, len(page))
+	var errs []error
+	for _, e := range page {
+		o := p.replayOne(ctx, e)
+		if o.Outcome == Failed {
+			errs = append(errs, fmt.Errorf("%s: %s", o.TaskID, o.Error))
+		}
+		out = append(out, o)
+	}
+	return out, next, errors.Join(errs...)
+}
+
+// ReplayAll runs Replay until every match is done.
+func (p *Producer) ReplayAll(ctx context.Context, q DeadLetterQuery) ([]ReplayOutcome, error) {
+	var all []ReplayOutcome
+	var errs []error
+	for {
+		out, next, err := p.Replay(ctx, q)
+		all = append(all, out...)
+		if err != nil {
+			if errors.Is(err, ErrRedisUnavailable) || errors.Is(err, ErrBadCursor) {
+				return all, err
+			}
+			errs = append(errs, err)
+		}
+		if next == "" {
+			return all, errors.Join(errs...)
+		}
+		q.Cursor = next
+	}
 }
 
 func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutcome {
@@ -163,45 +297,71 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 		o.Error = err.Error()
 		return o
 	}
-	// The archived task holds the id; free it (it may already be trimmed).
-	if err := p.inspector.DeleteTask(p.cfg.Namespace, e.TaskID); err != nil &&
-		!errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
-		o.Error = fmt.Sprintf("freeing the archived task: %v", err)
+	info, err := p.inspector.GetTaskInfo(p.keys.Queue(), e.TaskID)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		// gone (trimmed from the archive): nothing holds the id
+	case err != nil:
+		o.Error = fmt.Sprintf("%v: %v", ErrRedisUnavailable, err)
+		return o
+	case info.State == asynq.TaskStateArchived:
+		if err := p.inspector.DeleteTask(p.keys.Queue(), e.TaskID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+			o.Error = fmt.Sprintf("freeing the archived task: %v", err)
+			return o
+		}
+	default:
+		o.Outcome = NotDead
+		o.Error = fmt.Sprintf("the task is %s, not dead: nothing is sent again", info.State)
 		return o
 	}
-	res, err := p.fanOut(ctx, *e.Event, nil, []tasks.Subscriber{s})
+	// The earlier attempts stay in the entry; the replayed task starts a
+	// list of its own.
+	if err := p.archiveAttempts(ctx, &e); err != nil {
+		o.Error = err.Error()
+		return o
+	}
+	res, err := p.fanOut(ctx, *e.Event, nil, []tasks.Subscriber{s}, true)
 	if err != nil {
 		o.Error = err.Error()
 		return o
 	}
 	o.Outcome = res.Targets[0].Outcome
-	e.ReplayedAt = time.Now()
-	e.Attempts = nil
+	e.ReplayedAt = p.nowFunc().UTC()
 	b, _ := json.Marshal(e)
-	if err := p.rdb.Set(ctx, p.keys.DeadLetter(e.TaskID), b, redis.KeepTTL).Err(); err != nil {
-		// Enqueued but not marked: a second replay reports a duplicate.
+	if err := p.rdb.Set(ctx, p.keys.Ledger(e.TaskID).Entry, b, redis.KeepTTL).Err(); err != nil {
+		// Enqueued but not marked: a second replay finds the task queued
+		// and reports not_dead.
 		o.Error = "replayed, but not marked: " + err.Error()
 	}
 	return o
 }
 
-// DeleteDeadLetter removes a ledger entry (not the asynq archive's copy).
-func (p *Producer) DeleteDeadLetter(ctx context.Context, taskID string) error {
-	e, _, err := p.deadPage(ctx, DeadLetterQuery{IDs: []string{taskID}, IncludeReplayed: true}, 1, "+inf")
-	if err != nil {
-		return err
-	}
-	if len(e) == 0 {
-		return fmt.Errorf("%w: no dead letter %s", ErrUnknownDeadLetter, taskID)
-	}
-	_, err = p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
-		pl.Del(ctx, p.keys.DeadLetter(taskID), p.keys.Attempts(taskID))
-		pl.ZRem(ctx, p.keys.DeadIndex(), taskID)
-		pl.ZRem(ctx, p.keys.DeadBySubscriber(e[0].SubscriberID), taskID)
+// archiveAttempts moves the attempt list of e into its entry.
+func (p *Producer) archiveAttempts(ctx context.Context, e *tasks.DeadLetter) error {
+	lk := p.keys.Ledger(e.TaskID)
+	entry, list := lk.Entry, lk.Attempts
+	b, _ := json.Marshal(e) // e.Attempts was read from the list
+	_, err := p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.Set(ctx, entry, b, redis.KeepTTL)
+		pl.Del(ctx, list)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return nil
+}
+
+// DeleteDeadLetter removes a ledger entry (not the asynq archive's copy).
+func (p *Producer) DeleteDeadLetter(ctx context.Context, taskID string) error {
+	lk := p.keys.Ledger(taskID)
+	n, err := p.rdb.Del(ctx, lk.Entry, lk.Attempts).Result()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	p.dropFromIndexes(ctx, []string{taskID})
+	if n == 0 {
+		return fmt.Errorf("%w: no dead letter %s", ErrUnknownDeadLetter, taskID)
 	}
 	return nil
 }

@@ -121,7 +121,7 @@ func New(cfg *Config) (*Producer, error) {
 	}
 	p.client = asynq.NewClientFromRedisClient(p.rdb)
 	p.inspector = asynq.NewInspectorFromRedisClient(p.rdb)
-	p.gates = limits.NewGates(p.rdb, c.Namespace)
+	p.gates = limits.NewGates(p.rdb)
 	return p, nil
 }
 
@@ -164,7 +164,9 @@ type PublishOpts struct {
 }
 
 // Publish delivers ev to every subscriber whose filter matches its type and
-// that is not paused. A zero ev.Timestamp becomes the publish time.
+// that is not paused. A zero ev.Timestamp becomes the publish time. Its cost
+// grows with the number of matching subscribers, not with how many there
+// are: the directory indexes them by event type.
 //
 // The returned error is nil only when every target is enqueued or a
 // duplicate; otherwise it joins the targets' errors, and the result still
@@ -174,18 +176,11 @@ func (p *Producer) Publish(ctx context.Context, ev tasks.Event, opts *PublishOpt
 	if err := p.checkEvent(&ev); err != nil {
 		return nil, err
 	}
-	subs, err := p.ListSubscribers(ctx)
+	subs, err := p.matching(ctx, ev.Type)
 	if err != nil {
 		return nil, err
 	}
-	var targets []tasks.Subscriber
-	for _, s := range subs {
-		if !s.Paused && s.Matches(ev.Type) {
-			targets = append(targets, s)
-		}
-	}
-	slices.SortFunc(targets, func(a, b tasks.Subscriber) int { return strings.Compare(a.ID, b.ID) })
-	return p.fanOut(ctx, ev, opts, targets)
+	return p.fanOut(ctx, ev, opts, subs, false)
 }
 
 // SendTo delivers ev to one subscriber, whatever its event filter. A paused
@@ -198,7 +193,7 @@ func (p *Producer) SendTo(ctx context.Context, subscriberID string, ev tasks.Eve
 	if err != nil {
 		return nil, err
 	}
-	return p.fanOut(ctx, ev, opts, []tasks.Subscriber{s})
+	return p.fanOut(ctx, ev, opts, []tasks.Subscriber{s}, true)
 }
 
 func (p *Producer) checkEvent(ev *tasks.Event) error {
@@ -214,271 +209,146 @@ func (p *Producer) checkEvent(ev *tasks.Event) error {
 	return nil
 }
 
-func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber) (*PublishResult, error) {
+// KEYS: the index sets an event type is looked up in, then the
+// configurations hash (all in slot {<ns>:subs}). Reply: the configurations
+// of the subscribers in any of the sets.
+var matchScript = redis.NewScript(`
+local ids = redis.call('SUNION', unpack(KEYS, 1, #KEYS - 1))
+if #ids == 0 then return {} end
+local out = {}
+for _, v in ipairs(redis.call('HMGET', KEYS[#KEYS], unpack(ids))) do
+  if v then out[#out + 1] = v end
+end
+return out`)
+
+// matching returns the subscribers whose filter matches type t, by id.
+func (p *Producer) matching(ctx context.Context, t string) ([]tasks.Subscriber, error) {
+	keys := append(p.keys.IndexKeysFor(t), p.keys.SubscriberConfigs())
+	vals, err := matchScript.Run(ctx, p.rdb, keys).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	subs := make([]tasks.Subscriber, 0, len(vals))
+	for _, v := range vals {
+		var s tasks.Subscriber
+		if err := json.Unmarshal([]byte(v), &s); err != nil {
+			p.cfg.Logger.Error("skipping unreadable subscriber", "err", err)
+			continue
+		}
+		if s.Matches(t) { // the index is exact; this is belt and braces
+			subs = append(subs, s)
+		}
+	}
+	slices.SortFunc(subs, func(a, b tasks.Subscriber) int { return strings.Compare(a.ID, b.ID) })
+	return subs, nil
+}
+
+// fanOut enqueues ev for subs. held queues a paused subscriber's event (it
+// waits until resumed); otherwise a paused subscriber is left out.
+func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, held bool) (*PublishResult, error) {
 	now := p.nowFunc()
 	var notBefore time.Time
 	if opts != nil && opts.NotBefore.After(now) {
 		notBefore = opts.NotBefore
 	}
-	res := &PublishResult{EventID: ev.ID, Targets: make([]Target, len(subs))}
+	res := &PublishResult{EventID: ev.ID, Targets: []Target{}}
 	if len(subs) == 0 {
 		return res, nil
 	}
-
-	// Book each target a slot on its subscriber's pacing cursor, so that a
-	// burst is spread at the subscriber's rate instead of queued all due
-	// now. One round trip for all targets. An event with a future NotBefore
-	// is paced when it becomes due instead.
-	wake := make([]time.Time, len(subs))
-	if notBefore.IsZero() {
-		rs := make([]limits.Reservation, len(subs))
-		for i, s := range subs {
-			rs[i] = limits.Reservation{Subscriber: s.ID, Limit: s.Limit}
-		}
-		var err error
-		if wake, err = p.gates.Reserve(ctx, rs...); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-		}
+	// Book each new task a wake-up slot on its subscriber's pacing cursor,
+	// so that a burst is spread at the subscriber's rate instead of queued
+	// all due now; a re-publish books nothing. One round trip for all.
+	bs := make([]limits.Booking, len(subs))
+	for i, s := range subs {
+		bs[i] = limits.Booking{Keys: p.keys.Gates(s.ID), Limit: s.Limit, NotBefore: notBefore, EventID: ev.ID,
+			TaskID: tasks.TaskID(s.ID, ev.ID), MarkerTTL: p.cfg.DedupWindow, Held: held}
+	}
+	booked, err := p.gates.Book(ctx, bs...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 
 	var errs []error
 	for i, s := range subs {
-		t := &res.Targets[i]
-		t.SubscriberID, t.TaskID = s.ID, tasks.TaskID(s.ID, ev.ID)
-		d := tasks.Delivery{
-			SubscriberID: s.ID, Event: ev, EnqueuedAt: now, NotBefore: notBefore,
-			ExpiresAt: now.Add(cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)),
+		b := booked[i]
+		if b.Paused {
+			continue // Publish skips a paused subscriber (SendTo holds)
 		}
-		opts := []asynq.Option{
-			asynq.TaskID(t.TaskID), asynq.Queue(p.cfg.Namespace), asynq.Retention(p.cfg.DedupWindow),
-			asynq.MaxRetry(cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts)),
+		t := Target{SubscriberID: s.ID, TaskID: tasks.TaskID(s.ID, ev.ID)}
+		if b.Unknown {
+			t.Outcome = Failed
+			t.Err = fmt.Errorf("%w: subscriber %s is being created or deleted; publish again", ErrUnknownSubscriber, s.ID)
+			errs = append(errs, t.Err)
+			res.Targets = append(res.Targets, t)
+			continue
 		}
 		// asynq keeps schedule times in whole seconds. A not-before time is
-		// a promise, so it is rounded up. A pacing slot is not: the task is
-		// due at the start of its slot's second and the worker waits the
-		// rest (under a second) in the handler, so the limit is used in
-		// full instead of losing a fraction of every second.
-		switch {
-		case !notBefore.IsZero():
+		// a promise, so it is rounded up (and the gates check it again, in
+		// Redis' clock). A pacing slot is not: the task is due at the start
+		// of its slot's second and the worker waits the rest (under a
+		// second), so the limit is used in full.
+		if b.In >= time.Second {
+			t.ProcessAt = now.Add(b.In).Truncate(time.Second)
+		}
+		if !notBefore.IsZero() && t.ProcessAt.Before(notBefore) {
 			t.ProcessAt = limits.CeilSecond(notBefore)
-		case wake[i].Sub(now) >= time.Second:
-			t.ProcessAt = wake[i].Truncate(time.Second)
 		}
-		if !t.ProcessAt.IsZero() {
-			opts = append(opts, asynq.ProcessAt(t.ProcessAt))
-		}
-		task, err := tasks.NewDeliverTask(d, opts...)
-		if err == nil {
-			_, err = p.client.EnqueueContext(ctx, task)
-		}
-		switch {
-		case err == nil:
-			t.Outcome = Enqueued
-		case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
-			t.Outcome = Duplicate
-		default:
-			t.Outcome = Failed
-			t.Err = fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
+		t.Outcome, t.Err = p.enqueue(ctx, s, ev, b.Gen, now, notBefore, t)
+		if t.Err != nil {
 			errs = append(errs, t.Err)
 		}
+		res.Targets = append(res.Targets, t)
 	}
 	return res, errors.Join(errs...)
 }
 
-// PutSubscriber creates or replaces a subscriber and returns it as stored,
-// with defaults filled. When s has no secrets, a replaced subscriber keeps
-// its secrets (so changing a URL does not break the receiver's
-// verification) and a new one gets a generated secret.
-func (p *Producer) PutSubscriber(ctx context.Context, s tasks.Subscriber) (tasks.Subscriber, error) {
-	s, _, err := p.UpsertSubscriber(ctx, s)
-	return s, err
-}
-
-// UpsertSubscriber is PutSubscriber that also reports whether the
-// subscriber was created (true) or replaced.
-func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (tasks.Subscriber, bool, error) {
-	keep := len(s.Secrets) == 0
-	// Validate before touching Redis: a refused call writes nothing and
-	// says why even while Redis is down.
-	s, err := s.WithDefaults()
+// enqueue writes one task to asynq.
+func (p *Producer) enqueue(ctx context.Context, s tasks.Subscriber, ev tasks.Event, gen string, now, notBefore time.Time, t Target) (Outcome, error) {
+	d := tasks.Delivery{
+		V: tasks.DeliveryVersion, SubscriberID: s.ID, Gen: gen, MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts),
+		Event: ev, EnqueuedAt: now, NotBefore: notBefore,
+		ExpiresAt: now.Add(cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)),
+	}
+	opts := []asynq.Option{
+		asynq.TaskID(t.TaskID), asynq.Queue(p.keys.Queue()), asynq.Retention(p.cfg.DedupWindow),
+		// hooklane counts attempts itself (Delivery.MaxAttempts); see tasks.AsynqMaxRetry.
+		asynq.MaxRetry(tasks.AsynqMaxRetry),
+	}
+	if !t.ProcessAt.IsZero() {
+		opts = append(opts, asynq.ProcessAt(t.ProcessAt))
+	}
+	task, err := tasks.NewDeliverTask(d, opts...)
 	if err != nil {
-		return s, false, err
+		return Failed, err
 	}
-	s.Retiring = pruneRetiring(s.Retiring, p.nowFunc())
-	if err := s.Validate(); err != nil {
-		return s, false, err
-	}
-	created := false
-	err = p.updateSubscribers(ctx, func(tx *redis.Tx) (func(redis.Pipeliner), error) {
-		old, found, err := p.readSubscriber(ctx, tx, s.ID)
-		if err != nil {
-			return nil, err
-		}
-		created = !found
-		if keep && found {
-			s.Secrets, s.Retiring = old.Secrets, pruneRetiring(old.Retiring, p.nowFunc())
-		}
-		return p.writeSubscriber(ctx, s, true), nil
-	})
-	if err != nil {
-		return s, false, err
-	}
-	return s, created, nil
-}
-
-// updateSubscribers runs a read-modify-write of the subscribers hash as an
-// optimistic transaction: read (under WATCH) returns the writes to make, and
-// a concurrent change to the hash makes it start over.
-func (p *Producer) updateSubscribers(ctx context.Context, read func(tx *redis.Tx) (func(redis.Pipeliner), error)) error {
-	var readErr error
-	for range 20 {
-		err := p.rdb.Watch(ctx, func(tx *redis.Tx) error {
-			write, err := read(tx)
-			if err != nil {
-				readErr = err
-				return err
-			}
-			_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error { write(pl); return nil })
-			return err
-		}, p.keys.Subscribers())
+	for try := 0; ; try++ {
+		_, err = p.client.EnqueueContext(ctx, task)
 		switch {
 		case err == nil:
-			return nil
-		case readErr != nil:
-			return readErr
-		case !errors.Is(err, redis.TxFailedErr):
-			return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-		}
-	}
-	return fmt.Errorf("%w: subscribers kept changing during the update; try again", ErrRedisUnavailable)
-}
-
-// readSubscriber reads one stored subscriber (without its paused flag).
-func (p *Producer) readSubscriber(ctx context.Context, c redis.Cmdable, id string) (tasks.Subscriber, bool, error) {
-	var s tasks.Subscriber
-	v, err := c.HGet(ctx, p.keys.Subscribers(), id).Result()
-	if errors.Is(err, redis.Nil) {
-		return s, false, nil
-	}
-	if err != nil {
-		return s, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	if err := json.Unmarshal([]byte(v), &s); err != nil {
-		return s, false, fmt.Errorf("subscriber %s: stored value unreadable: %w", id, err)
-	}
-	return s, true, nil
-}
-
-// writeSubscriber returns the writes that store s; setPaused also stores
-// s.Paused, which is kept apart from the JSON (see tasks.Keys.Paused).
-func (p *Producer) writeSubscriber(ctx context.Context, s tasks.Subscriber, setPaused bool) func(redis.Pipeliner) {
-	stored := s
-	stored.Paused = false
-	b, _ := json.Marshal(stored) // plain data: cannot fail
-	return func(tx redis.Pipeliner) {
-		tx.HSet(ctx, p.keys.Subscribers(), s.ID, b)
-		switch {
-		case !setPaused:
-		case s.Paused:
-			tx.SAdd(ctx, p.keys.Paused(), s.ID)
+			return Enqueued, nil
+		case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
+			// The id is taken: by this event, or by a task of a deleted
+			// subscriber of the same id, which would be dropped unsent.
+			if try > 0 || !p.freeStaleTask(t.TaskID, gen) {
+				return Duplicate, nil
+			}
 		default:
-			tx.SRem(ctx, p.keys.Paused(), s.ID)
+			return Failed, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
 		}
 	}
 }
 
-// GetSubscriber returns ErrUnknownSubscriber when there is none with id.
-func (p *Producer) GetSubscriber(ctx context.Context, id string) (tasks.Subscriber, error) {
-	if err := tasks.ValidateSubscriberID(id); err != nil {
-		return tasks.Subscriber{}, err
+// freeStaleTask deletes the task with id taskID when it belongs to another
+// generation of its subscriber and is not running, and reports whether it
+// did.
+func (p *Producer) freeStaleTask(taskID, gen string) bool {
+	info, err := p.inspector.GetTaskInfo(p.keys.Queue(), taskID)
+	if err != nil || info.State == asynq.TaskStateActive {
+		return false
 	}
-	var get *redis.StringCmd
-	var paused *redis.BoolCmd
-	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		get = pl.HGet(ctx, p.keys.Subscribers(), id)
-		paused = pl.SIsMember(ctx, p.keys.Paused(), id)
-		return nil
-	})
-	if errors.Is(err, redis.Nil) {
-		return tasks.Subscriber{}, fmt.Errorf("%w: %s", ErrUnknownSubscriber, id)
+	var d tasks.Delivery
+	if json.Unmarshal(info.Payload, &d) != nil || d.Gen == "" || d.Gen == gen {
+		return false
 	}
-	if err != nil {
-		return tasks.Subscriber{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	var s tasks.Subscriber
-	if err := json.Unmarshal([]byte(get.Val()), &s); err != nil {
-		return s, fmt.Errorf("subscriber %s: stored value unreadable: %w", id, err)
-	}
-	s.Paused = paused.Val()
-	return s, nil
-}
-
-// ListSubscribers returns every subscriber, in no particular order.
-func (p *Producer) ListSubscribers(ctx context.Context) ([]tasks.Subscriber, error) {
-	var all *redis.MapStringStringCmd
-	var paused *redis.StringSliceCmd
-	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		all = pl.HGetAll(ctx, p.keys.Subscribers())
-		paused = pl.SMembers(ctx, p.keys.Paused())
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	isPaused := make(map[string]bool, len(paused.Val()))
-	for _, id := range paused.Val() {
-		isPaused[id] = true
-	}
-	out := make([]tasks.Subscriber, 0, len(all.Val()))
-	for id, v := range all.Val() {
-		var s tasks.Subscriber
-		if err := json.Unmarshal([]byte(v), &s); err != nil {
-			p.cfg.Logger.Error("skipping unreadable subscriber", "subscriber_id", id, "err", err)
-			continue
-		}
-		s.Paused = isPaused[id]
-		out = append(out, s)
-	}
-	return out, nil
-}
-
-// DeleteSubscriber removes a subscriber and its gate state. Events still
-// queued for it are dead-lettered by the worker with reason
-// "subscriber deleted".
-func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
-	if err := tasks.ValidateSubscriberID(id); err != nil {
-		return err
-	}
-	n, err := p.rdb.HDel(ctx, p.keys.Subscribers(), id).Result()
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("%w: %s", ErrUnknownSubscriber, id)
-	}
-	if err := p.rdb.SRem(ctx, p.keys.Paused(), id).Err(); err != nil {
-		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	if err := p.gates.Forget(ctx, id); err != nil {
-		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	return nil
-}
-
-// SetPaused pauses or resumes a subscriber. Paused subscribers get no new
-// events from Publish and their queued events are held.
-func (p *Producer) SetPaused(ctx context.Context, id string, paused bool) error {
-	if _, err := p.GetSubscriber(ctx, id); err != nil {
-		return err
-	}
-	var err error
-	if paused {
-		err = p.rdb.SAdd(ctx, p.keys.Paused(), id).Err()
-	} else {
-		err = p.rdb.SRem(ctx, p.keys.Paused(), id).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	return nil
+	return p.inspector.DeleteTask(p.keys.Queue(), taskID) == nil
 }

@@ -190,12 +190,15 @@ func TestPublishFanOutAndDuplicates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.MaxRetry != 8 || info.Retention != 24*time.Hour {
-		t.Fatalf("task MaxRetry %d Retention %v, want 8 and 24h", info.MaxRetry, info.Retention)
+	// hooklane counts the attempts (8 by default); asynq must never
+	// archive on its own.
+	if info.MaxRetry != tasks.AsynqMaxRetry || info.Retention != 24*time.Hour {
+		t.Fatalf("task MaxRetry %d Retention %v, want %d and 24h", info.MaxRetry, info.Retention, tasks.AsynqMaxRetry)
 	}
 	var d tasks.Delivery
-	if err := json.Unmarshal(info.Payload, &d); err != nil || d.ExpiresAt.Sub(d.EnqueuedAt) != 24*time.Hour {
-		t.Fatalf("payload %s: %v", info.Payload, err)
+	if err := json.Unmarshal(info.Payload, &d); err != nil || d.ExpiresAt.Sub(d.EnqueuedAt) != 24*time.Hour ||
+		d.MaxAttempts != 8 || d.V != tasks.DeliveryVersion || d.Gen == "" {
+		t.Fatalf("payload %s: %v; want max_attempts 8, version %d and a generation", info.Payload, err, tasks.DeliveryVersion)
 	}
 	if strings.Contains(string(info.Payload), "whsec_") {
 		t.Fatal("task payload carries a secret")

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -34,15 +32,9 @@ func (p *Producer) RotateSecret(ctx context.Context, id string, grace time.Durat
 	if err != nil {
 		return tasks.Subscriber{}, "", err
 	}
-	var s tasks.Subscriber
-	err = p.updateSubscribers(ctx, func(tx *redis.Tx) (func(redis.Pipeliner), error) {
-		var found bool
-		var err error
-		if s, found, err = p.readSubscriber(ctx, tx, id); err != nil {
-			return nil, err
-		}
+	err = p.updateSubscriber(ctx, id, func(s tasks.Subscriber, found bool) (tasks.Subscriber, error) {
 		if !found {
-			return nil, fmt.Errorf("%w: %s", ErrUnknownSubscriber, id)
+			return s, fmt.Errorf("%w: %s", ErrUnknownSubscriber, id)
 		}
 		now := p.nowFunc()
 		var retiring []tasks.RetiringSecret // grace 0: every old secret stops now
@@ -53,19 +45,20 @@ func (p *Producer) RotateSecret(ctx context.Context, id string, grace time.Durat
 			}
 		}
 		if 1+len(retiring) > tasks.MaxSecrets {
-			return nil, fmt.Errorf("%w: %d would sign (limit %d); wait for a retiring secret to expire or rotate with grace 0",
+			return s, fmt.Errorf("%w: %d would sign (limit %d); wait for a retiring secret to expire or rotate with grace 0",
 				ErrTooManySecrets, 1+len(retiring), tasks.MaxSecrets)
 		}
-		// Read before the write: an error after it would lose the new
-		// secret, which is shown only once.
-		if s.Paused, err = tx.SIsMember(ctx, p.keys.Paused(), id).Result(); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-		}
 		s.Secrets, s.Retiring = []string{secret}, retiring
-		return p.writeSubscriber(ctx, s, false), nil
+		return s, nil
 	})
 	if err != nil {
 		return tasks.Subscriber{}, "", err
+	}
+	// Read back with the gate record (pause); the secret is shown only once,
+	// so a failure here still returns it.
+	s, err := p.GetSubscriber(ctx, id)
+	if err != nil {
+		return tasks.Subscriber{ID: id, Secrets: []string{secret}}, secret, nil
 	}
 	return s, secret, nil
 }

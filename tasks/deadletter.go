@@ -26,17 +26,3 @@ type DeadLetter struct {
 	DeadAt       time.Time `json:"dead_at"`
 	ReplayedAt   time.Time `json:"replayed_at,omitzero"`
 }
-
-// DeadLetter is the JSON of the ledger entry for a task (without Attempts).
-func (ns Keys) DeadLetter(taskID string) string { return string(ns) + ":dead:" + taskID }
-
-// Attempts is the list of a task's attempts (Attempt JSON), kept while it is
-// retrying and with its dead letter after.
-func (ns Keys) Attempts(taskID string) string { return string(ns) + ":attempts:" + taskID }
-
-// DeadIndex orders all dead letters by time (score: Unix ms); entries whose
-// key expired are skipped and dropped by readers.
-func (ns Keys) DeadIndex() string { return string(ns) + ":dead-index" }
-
-// DeadBySubscriber is DeadIndex for one subscriber.
-func (ns Keys) DeadBySubscriber(sub string) string { return string(ns) + ":dead-index:" + sub }

@@ -30,8 +30,23 @@ type Subscriber struct {
 	Limit limits.Limit `json:"limit"`
 	// MaxInFlight caps concurrent requests to the endpoint. Default 10.
 	MaxInFlight int `json:"max_in_flight"`
-	// Paused subscribers get no new events; their queued ones are held.
-	Paused bool `json:"paused"`
+	// Region confines the subscriber's deliveries to workers of that region
+	// (HOOKLANE_REGIONS); empty: any worker.
+	Region string `json:"region,omitempty"`
+	// Gen is the subscriber's generation, new each time its id is created:
+	// the tasks of a deleted subscriber are dropped, never sent to a new
+	// one of the same id. Set by the producer.
+	Gen string `json:"gen,omitempty"`
+
+	// Paused subscribers get no new events from Publish and their queued
+	// events are held. The pause lives in the gate record, not in the
+	// stored configuration: the SDK's SetPaused and the API's pause and
+	// resume change it, a 410 Gone from the endpoint sets it.
+	Paused bool `json:"-"`
+	// PauseReason says who paused it: "operator", or "gone" when the
+	// endpoint answered 410.
+	PauseReason string    `json:"-"`
+	PausedAt    time.Time `json:"-"`
 	// MaxAttempts overrides the producer's default (8) for events published
 	// from now on.
 	MaxAttempts int `json:"max_attempts,omitempty"`
@@ -145,8 +160,33 @@ func (s *Subscriber) Validate() error {
 	if s.RetryHorizon < 0 || time.Duration(s.RetryHorizon) > 30*24*time.Hour {
 		return invalid("retry_horizon", "want 0 (default) up to 720h")
 	}
+	if s.Region != "" {
+		if err := ValidateRegion(s.Region); err != nil {
+			return err
+		}
+	}
 	return nil
 }
+
+// ValidateRegion accepts 1-32 characters of a-z 0-9 -: a region names
+// asynq queues and HOOKLANE_REGIONS entries.
+func ValidateRegion(r string) error {
+	ok := r != "" && len(r) <= 32
+	for i := 0; ok && i < len(r); i++ {
+		c := r[i]
+		ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-'
+	}
+	if !ok {
+		return invalid("region", "want 1-32 characters of a-z 0-9 -")
+	}
+	return nil
+}
+
+// Pause reasons, as the gate record keeps them.
+const (
+	PauseOperator = "operator" // SetPaused, the API's pause
+	PauseGone     = "gone"     // the endpoint answered 410 Gone
+)
 
 // ValidateURL accepts absolute http and https URLs with a host and no
 // credentials (they would be logged and shown in the UI).
@@ -207,14 +247,3 @@ func (s *Subscriber) Matches(t string) bool {
 	}
 	return false
 }
-
-// Keys names the Redis keys that hold subscribers under a namespace.
-type Keys string
-
-// Subscribers is a hash: subscriber id → Subscriber JSON (Paused left out).
-func (ns Keys) Subscribers() string { return string(ns) + ":subscribers" }
-
-// Paused is the set of paused subscriber ids, kept apart from the JSON so
-// that a worker can pause a subscriber (on 410 Gone) without a
-// read-modify-write race against an operator's update.
-func (ns Keys) Paused() string { return string(ns) + ":paused" }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -76,14 +77,7 @@ func ValidateSubscriberID(id string) error {
 	return nil
 }
 
-func containsColon(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == ':' {
-			return true
-		}
-	}
-	return false
-}
+func containsColon(s string) bool { return strings.IndexByte(s, ':') >= 0 }
 
 func idChars(s string, tilde bool) bool {
 	for i := 0; i < len(s); i++ {
@@ -102,11 +96,25 @@ func idChars(s string, tilde bool) bool {
 // for its Retention after completion: that is hooklane's deduplication.
 func TaskID(sub, eventID string) string { return sub + ":" + eventID }
 
+// SplitTaskID is TaskID's inverse (a subscriber id has no colon).
+func SplitTaskID(id string) (sub, eventID string, ok bool) {
+	sub, eventID, ok = strings.Cut(id, ":")
+	return sub, eventID, ok && ValidateSubscriberID(sub) == nil && eventID != ""
+}
+
+// DeliveryVersion is the payload version this release writes. A payload
+// without "v" was written by the release before (version 1): it carries
+// no generation and no attempt budget, which asynq's MaxRetry then holds.
+const DeliveryVersion = 2
+
 // Delivery is the payload of a TypeDeliver task. It holds no secrets and no
 // endpoint URL: the worker reads the subscriber when it delivers, so a
 // rotated secret or a new URL applies to queued events too.
 type Delivery struct {
+	V            int       `json:"v,omitempty"`
 	SubscriberID string    `json:"subscriber_id"`
+	Gen          string    `json:"gen,omitempty"` // the subscriber generation it was published for
+	MaxAttempts  int       `json:"max_attempts,omitempty"`
 	Event        Event     `json:"event"`
 	EnqueuedAt   time.Time `json:"enqueued_at"`
 	NotBefore    time.Time `json:"not_before,omitzero"`
@@ -114,6 +122,13 @@ type Delivery struct {
 	// still cannot be made is dead-lettered instead of rescheduled.
 	ExpiresAt time.Time `json:"expires_at"`
 }
+
+// AsynqMaxRetry is the MaxRetry hooklane gives asynq: far above any attempt
+// budget (Delivery.MaxAttempts, at most 100), so that asynq never archives
+// a task on its own (it does, without asking, once Retried reaches
+// MaxRetry; a lost lease counts). hooklane counts the attempts and
+// dead-letters, ledger first, itself.
+const AsynqMaxRetry = 1 << 30
 
 // NewDeliverTask builds the task for d. opts are passed to asynq; the caller
 // adds TaskID, Queue, MaxRetry and Retention.

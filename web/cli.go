@@ -183,10 +183,11 @@ func deadLettersCLI(ctx context.Context, c *Client, args []string, out func(any,
 	switch args[0] {
 	case "list":
 		limit := fs.Int("limit", 0, "at most this many (default 100)")
+		cursor := fs.String("cursor", "", "the next_cursor of the page before, to go on")
 		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
 			return fmt.Errorf("%w: dead-letters list: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
 		}
-		return out(c.DeadLetters(ctx, *sub, *limit))
+		return out(c.DeadLetters(ctx, *sub, *limit, *cursor))
 	case "replay":
 		var ids stringList
 		fs.Var(&ids, "id", "task id <subscriber>:<event> (repeatable)")
@@ -210,7 +211,7 @@ func deadLettersCLI(ctx context.Context, c *Client, args []string, out func(any,
 			}
 			*f.dst = t
 		}
-		return out(c.Replay(ctx, req))
+		return out(c.ReplayAll(ctx, req))
 	}
 	return fmt.Errorf("%w: dead-letters %s", ErrUsage, args[0])
 }

@@ -55,14 +55,12 @@ func TestCLI(t *testing.T) {
 	if err := b.cli(t, &res, "publish", "-id", "e1", "-type", "video.x", "-data", `{"a":1}`); err != nil || res.Targets[0].Outcome != "duplicate" {
 		t.Fatalf("publish again: %+v, %v", res, err)
 	}
-	var dead []struct {
-		TaskID string `json:"task_id"`
-	}
+	var dead web.DeadLetterPage
 	testkit.Eventually(t, 10*time.Second, "a dead letter", func() bool {
-		return b.cli(t, &dead, "dead-letters", "list", "-subscriber", "s") == nil && len(dead) == 1
+		return b.cli(t, &dead, "dead-letters", "list", "-subscriber", "s") == nil && len(dead.DeadLetters) == 1
 	})
 	var outcomes []struct{ TaskID, Outcome string }
-	if err := b.cli(t, &outcomes, "dead-letters", "replay", "-id", dead[0].TaskID); err != nil ||
+	if err := b.cli(t, &outcomes, "dead-letters", "replay", "-id", dead.DeadLetters[0].TaskID); err != nil ||
 		len(outcomes) != 1 || outcomes[0].Outcome != "enqueued" {
 		t.Fatalf("replay: %+v, %v", outcomes, err)
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/producer"
-	"github.com/hooklane/hooklane/tasks"
 )
 
 // Client calls the /v1/ API of a hooklane web process. Its errors are
@@ -137,8 +136,9 @@ func (c *Client) Publish(ctx context.Context, ev EventRequest) (*producer.Publis
 	return &res, err
 }
 
-// DeadLetters lists dead letters, of one subscriber when sub is set.
-func (c *Client) DeadLetters(ctx context.Context, sub string, limit int) ([]tasks.DeadLetter, error) {
+// DeadLetters lists one page of dead letters, of one subscriber when sub
+// is set, from cursor ("": the newest).
+func (c *Client) DeadLetters(ctx context.Context, sub string, limit int, cursor string) (DeadLetterPage, error) {
 	q := url.Values{}
 	if sub != "" {
 		q.Set("subscriber", sub)
@@ -146,16 +146,31 @@ func (c *Client) DeadLetters(ctx context.Context, sub string, limit int) ([]task
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out struct {
-		DeadLetters []tasks.DeadLetter `json:"dead_letters"`
+	if cursor != "" {
+		q.Set("cursor", cursor)
 	}
+	var out DeadLetterPage
 	_, err := c.do(ctx, "GET", "/v1/dead-letters?"+q.Encode(), nil, &out)
-	return out.DeadLetters, err
+	return out, err
 }
 
-// Replay re-enqueues dead letters with their original event ids.
-func (c *Client) Replay(ctx context.Context, r ReplayRequest) ([]producer.ReplayOutcome, error) {
-	var out struct{ Outcomes []producer.ReplayOutcome }
+// Replay re-enqueues one batch of dead letters with their original event
+// ids; ReplayAll goes on until every match is done.
+func (c *Client) Replay(ctx context.Context, r ReplayRequest) (ReplayAnswer, error) {
+	var out ReplayAnswer
 	_, err := c.do(ctx, "POST", "/v1/dead-letters/replay", r, &out)
-	return out.Outcomes, err
+	return out, err
+}
+
+// ReplayAll calls Replay until the server answers no next cursor.
+func (c *Client) ReplayAll(ctx context.Context, r ReplayRequest) ([]producer.ReplayOutcome, error) {
+	var all []producer.ReplayOutcome
+	for {
+		page, err := c.Replay(ctx, r)
+		all = append(all, page.Outcomes...)
+		if err != nil || page.NextCursor == "" {
+			return all, err
+		}
+		r.Cursor = page.NextCursor
+	}
 }

@@ -37,9 +37,9 @@ func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 	testkit.Eventually(t, 60*time.Second, "fast deliveries, 429s and dead letters", func() bool {
 		fast, err1 := c.Status(ctx, "demo-fast")
 		limited, err2 := c.Status(ctx, "demo-limited")
-		dead, err3 := c.DeadLetters(ctx, "demo-down", 0)
+		dead, err3 := c.DeadLetters(ctx, "demo-down", 0, "")
 		return err1 == nil && err2 == nil && err3 == nil && fast.Counts.Delivered == 20 &&
-			limited.Counts.Delivered >= 2 && limited.Counts.Deferred >= 1 && len(dead) >= 1
+			limited.Counts.Delivered >= 2 && limited.Counts.Deferred >= 1 && len(dead.DeadLetters) >= 1
 	})
 	cancel()
 	select {

@@ -53,6 +53,8 @@ func toAPIError(err error) *APIError {
 		return apiErr(http.StatusNotFound, "unknown_dead_letter", "", "%v", err)
 	case errors.Is(err, producer.ErrPayloadTooLarge):
 		return apiErr(http.StatusRequestEntityTooLarge, "payload_too_large", "data", "%v", err)
+	case errors.Is(err, producer.ErrBadCursor):
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "cursor", "%v: pass next_cursor as it was answered", err)
 	case errors.Is(err, producer.ErrTooManySecrets):
 		return apiErr(http.StatusConflict, "too_many_secrets", "secrets", "%v", err)
 	case errors.Is(err, producer.ErrRedisUnavailable), errors.Is(err, redis.ErrClosed), errors.As(err, &netErr),

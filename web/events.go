@@ -92,26 +92,47 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	q.IncludeReplayed = r.URL.Query().Get("include_replayed") == "true"
-	dl, err := s.p.DeadLetters(r.Context(), q)
+	q.Cursor = r.URL.Query().Get("cursor")
+	dl, next, err := s.p.DeadLetters(r.Context(), q)
 	if err != nil {
 		return err
 	}
 	if dl == nil {
 		dl = []tasks.DeadLetter{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": dl})
+	writeJSON(w, http.StatusOK, DeadLetterPage{DeadLetters: dl, NextCursor: next})
 	return nil
+}
+
+// DeadLetterPage is the answer of GET /v1/dead-letters: one page, newest
+// first. NextCursor, when set, gets the next page (?cursor=): a page may be
+// short, or empty, and still have one after it.
+type DeadLetterPage struct {
+	DeadLetters []tasks.DeadLetter `json:"dead_letters"`
+	NextCursor  string             `json:"next_cursor,omitempty"`
 }
 
 // ReplayRequest is the body of POST /v1/dead-letters/replay: the dead
 // letters of one subscriber, or those with the given task ids, or (All)
-// every one; Since and Until narrow any of these to a time range.
+// every one; Since and Until narrow any of these to a time range. One call
+// replays at most Limit (default 1,000) and answers a NextCursor to go on
+// with: call again with it until there is none. A replay cut off halfway
+// is finished by sending the same request again: what was replayed is
+// skipped.
 type ReplayRequest struct {
 	Subscriber string    `json:"subscriber,omitempty"`
 	IDs        []string  `json:"ids,omitempty"`
 	All        bool      `json:"all,omitempty"`
 	Since      time.Time `json:"since,omitzero"` // dead at or after
 	Until      time.Time `json:"until,omitzero"` // dead before
+	Limit      int       `json:"limit,omitempty"`
+	Cursor     string    `json:"cursor,omitempty"`
+}
+
+// ReplayAnswer is the answer of POST /v1/dead-letters/replay.
+type ReplayAnswer struct {
+	Outcomes   []producer.ReplayOutcome `json:"outcomes"`
+	NextCursor string                   `json:"next_cursor,omitempty"`
 }
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
@@ -132,18 +153,21 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
 	if len(req.IDs) > 10_000 {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "ids", "at most 10000 per call")
 	}
-	out, err := s.p.Replay(r.Context(), producer.DeadLetterQuery{Subscriber: req.Subscriber, IDs: req.IDs,
-		Since: req.Since, Until: req.Until})
+	if req.Limit < 0 || req.Limit > 10_000 {
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want 1-10000 (default 1000)")
+	}
+	out, next, err := s.p.Replay(r.Context(), producer.DeadLetterQuery{Subscriber: req.Subscriber, IDs: req.IDs,
+		Since: req.Since, Until: req.Until, Limit: req.Limit, Cursor: req.Cursor})
 	if out == nil {
 		out = []producer.ReplayOutcome{}
 	}
-	if errors.Is(err, producer.ErrRedisUnavailable) {
-		writeError(w, s.cfg.Logger, err, map[string]any{"outcomes": out})
+	if errors.Is(err, producer.ErrRedisUnavailable) || errors.Is(err, producer.ErrBadCursor) {
+		writeError(w, s.cfg.Logger, err, map[string]any{"outcomes": out, "next_cursor": next})
 		return nil
 	}
 	// Entries that could not be replayed (subscriber deleted, payload
 	// unreadable) are listed as failed with their reason; the rest went.
-	writeJSON(w, http.StatusOK, map[string]any{"outcomes": out})
+	writeJSON(w, http.StatusOK, ReplayAnswer{Outcomes: out, NextCursor: next})
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
 )
 
@@ -84,11 +85,13 @@ func (c *subscriberCollector) collect(ctx context.Context, ch chan<- prometheus.
 	inflight := make([]*redis.IntCmd, len(subs))
 	cool := make([]*redis.StringCmd, len(subs))
 	var timeCmd *redis.TimeCmd
+	keys := tasks.Keys(s.cfg.Namespace)
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, sub := range subs {
-			stats[i] = p.HGetAll(ctx, worker.StatsKey(s.cfg.Namespace, sub.ID))
-			inflight[i] = s.gates.InFlightIn(ctx, p, sub.ID)
-			cool[i] = p.Get(ctx, s.gates.CooldownKey(sub.ID))
+			k := keys.Gates(sub.ID)
+			stats[i] = p.HGetAll(ctx, keys.Stats(sub.ID))
+			inflight[i] = s.gates.InFlightIn(ctx, p, k)
+			cool[i] = p.Get(ctx, k.Cooldown)
 		}
 		timeCmd = p.Time(ctx) // cooldowns are kept in Redis' clock
 		return nil
@@ -99,7 +102,7 @@ func (c *subscriberCollector) collect(ctx context.Context, ch chan<- prometheus.
 	now := timeCmd.Val()
 	for i, sub := range subs {
 		id := sub.ID
-		st := parseCounts(stats[i].Val())
+		st := worker.ParseCounts(stats[i].Val())
 		counter := func(d *prometheus.Desc, v int64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{id}, labels...)...)
 		}
@@ -161,15 +164,6 @@ func histogram(d *prometheus.Desc, st map[string]int64, h, sub string) prometheu
 	count := cum + uint64(max(st[h+":+Inf"], 0))
 	sum := float64(st[h+"_sum_ms"]) / 1000
 	return prometheus.MustNewConstHistogram(d, count, sum, buckets, sub)
-}
-
-func parseCounts(raw map[string]string) map[string]int64 {
-	out := make(map[string]int64, len(raw))
-	for k, v := range raw {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		out[k] = n
-	}
-	return out
 }
 
 func b2f(b bool) float64 {

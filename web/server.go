@@ -51,7 +51,7 @@ func New(cfg Config) (*Server, error) {
 		s.rdb.Close()
 		return nil, err
 	}
-	s.gates = limits.NewGates(s.rdb, cfg.Namespace)
+	s.gates = limits.NewGates(s.rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
 	s.mon = newMonitor("/monitoring", asynqConnOpt(opt))
 	s.handler = s.routes()

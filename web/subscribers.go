@@ -1,7 +1,6 @@
 package web
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,9 +24,9 @@ type RateLimit struct {
 }
 
 // SubscriberRequest is the body of PUT /v1/subscribers/{id}. A PUT replaces
-// the whole subscriber, paused flag included, except that with no secrets a
-// replaced subscriber keeps its own (a new one gets a generated secret,
-// shown in the answer once).
+// the whole subscriber, except that with no secrets a replaced subscriber
+// keeps its own (a new one gets a generated secret, shown in the answer
+// once), and without paused it keeps its pause as it is, whoever set it.
 type SubscriberRequest struct {
 	ID           string     `json:"id,omitempty"` // optional; must match the path
 	URL          string     `json:"url"`
@@ -35,9 +34,10 @@ type SubscriberRequest struct {
 	RateLimit    *RateLimit `json:"rate_limit,omitempty"`
 	MaxInFlight  int        `json:"max_in_flight,omitempty"`
 	Secrets      []string   `json:"secrets,omitempty"`
-	Paused       bool       `json:"paused,omitempty"`
+	Paused       *bool      `json:"paused,omitempty"` // absent: unchanged (a new subscriber: not paused)
 	MaxAttempts  int        `json:"max_attempts,omitempty"`
 	RetryHorizon string     `json:"retry_horizon,omitempty"`
+	Region       string     `json:"region,omitempty"`
 }
 
 // Subscriber is a subscriber as the API shows it. Secrets appear only in
@@ -49,6 +49,9 @@ type Subscriber struct {
 	RateLimit     RateLimit   `json:"rate_limit"`
 	MaxInFlight   int         `json:"max_in_flight"`
 	Paused        bool        `json:"paused"`
+	PauseReason   string      `json:"pause_reason,omitempty"` // operator, gone (the endpoint answered 410)
+	PausedAt      *time.Time  `json:"paused_at,omitempty"`
+	Region        string      `json:"region,omitempty"`
 	MaxAttempts   int         `json:"max_attempts,omitempty"`
 	RetryHorizon  string      `json:"retry_horizon,omitempty"`
 	RetiringUntil []time.Time `json:"retiring_secrets_until,omitempty"`
@@ -59,7 +62,11 @@ func view(s tasks.Subscriber) Subscriber {
 	v := Subscriber{
 		ID: s.ID, URL: s.URL, EventTypes: s.EventTypes, MaxInFlight: s.MaxInFlight,
 		RateLimit: RateLimit{s.Limit.Rate, s.Limit.Burst, s.Limit.Period.String()},
-		Paused:    s.Paused, MaxAttempts: s.MaxAttempts,
+		Paused:    s.Paused, PauseReason: s.PauseReason, Region: s.Region, MaxAttempts: s.MaxAttempts,
+	}
+	if !s.PausedAt.IsZero() {
+		at := s.PausedAt
+		v.PausedAt = &at
 	}
 	if v.EventTypes == nil {
 		v.EventTypes = []string{} // all types: [] reads better than null
@@ -82,7 +89,7 @@ func (r *SubscriberRequest) toTask(id string) (tasks.Subscriber, error) {
 	}
 	s := tasks.Subscriber{
 		ID: id, URL: r.URL, EventTypes: r.EventTypes, MaxInFlight: r.MaxInFlight, Secrets: r.Secrets,
-		Paused: r.Paused, MaxAttempts: r.MaxAttempts,
+		Paused: r.Paused != nil && *r.Paused, MaxAttempts: r.MaxAttempts, Region: r.Region,
 	}
 	if r.MaxInFlight < 0 {
 		return s, apiErr(http.StatusUnprocessableEntity, "invalid", "max_in_flight", "want 1-10000")
@@ -126,6 +133,14 @@ func (s *Server) putSubscriber(w http.ResponseWriter, r *http.Request) error {
 	stored, created, err := s.p.UpsertSubscriber(r.Context(), sub)
 	if err != nil {
 		return err
+	}
+	if req.Paused != nil && !created && *req.Paused != stored.Paused {
+		if err := s.p.SetPaused(r.Context(), id, *req.Paused); err != nil {
+			return err
+		}
+		if stored, err = s.p.GetSubscriber(r.Context(), id); err != nil {
+			return err
+		}
 	}
 	v := view(stored)
 	status := http.StatusOK
@@ -219,6 +234,7 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 type Status struct {
 	SubscriberID string     `json:"subscriber_id"`
 	Paused       bool       `json:"paused"`
+	PauseReason  string     `json:"pause_reason,omitempty"`
 	RateLimit    RateLimit  `json:"rate_limit"`
 	MaxInFlight  int        `json:"max_in_flight"`
 	CoolingUntil *time.Time `json:"cooling_until"` // null when not cooling down
@@ -226,7 +242,9 @@ type Status struct {
 	Counts       Counts     `json:"counts"`
 }
 
-// Counts: Retrying is live, from asynq's retry set; the rest are the
+// Counts: Retrying is live, the subscriber's tasks waiting in asynq's
+// schedule (backoff, Retry-After, pacing, pause; its waiting index); the
+// rest are the
 // worker's all-time counters (worker.ReadStats).
 type Counts struct {
 	Delivered int64 `json:"delivered"`
@@ -242,19 +260,27 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	st := Status{SubscriberID: sub.ID, Paused: sub.Paused, MaxInFlight: sub.MaxInFlight,
+	st := Status{SubscriberID: sub.ID, Paused: sub.Paused, PauseReason: sub.PauseReason, MaxInFlight: sub.MaxInFlight,
 		RateLimit: view(sub).RateLimit}
 	fail := func(err error) error { return fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err) }
-	cool, err := s.rdb.Get(ctx, s.gates.CooldownKey(sub.ID)).Result()
+	k := tasks.Keys(s.cfg.Namespace).Gates(sub.ID)
+	var cool *redis.StringCmd
+	var inflight, waiting *redis.IntCmd
+	var now *redis.TimeCmd
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cool = p.Get(ctx, k.Cooldown)
+		now = p.Time(ctx) // cooldowns are kept in Redis' clock
+		inflight = s.gates.InFlightIn(ctx, p, k)
+		waiting = p.ZCard(ctx, k.Waiting)
+		return nil
+	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fail(err)
 	}
-	if until := limits.ParseCooldown(cool); until.After(time.Now()) {
+	if until := limits.ParseCooldown(cool.Val()); until.After(now.Val()) {
 		st.CoolingUntil = &until
 	}
-	if st.InFlight, err = s.gates.InFlight(ctx, sub.ID); err != nil {
-		return fail(err)
-	}
+	st.InFlight = inflight.Val()
 	counts, err := worker.ReadStats(ctx, s.rdb, s.cfg.Namespace, sub.ID)
 	if err != nil {
 		return fail(err)
@@ -268,32 +294,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 			st.Counts.Deferred += v
 		}
 	}
-	if st.Counts.Retrying, err = s.retrying(ctx, sub.ID); err != nil {
-		return fail(err)
-	}
+	st.Counts.Retrying = waiting.Val()
 	writeJSON(w, http.StatusOK, st)
 	return nil
-}
-
-// retrying counts sub's tasks in asynq's retry set: counted failures
-// waiting for their backoff and deferrals waiting for a deadline. asynq
-// keeps task ids as the set's members, and hooklane's task id starts with
-// the subscriber id (tasks.TaskID), which holds no glob characters. The
-// scan is O(retry set); TestStatus pins the key name against asynq upgrades.
-func (s *Server) retrying(ctx context.Context, sub string) (int64, error) {
-	key := "asynq:{" + s.cfg.Namespace + "}:retry"
-	seen := map[string]bool{} // SCAN may return a member twice
-	var cursor uint64
-	for {
-		kv, next, err := s.rdb.ZScan(ctx, key, cursor, sub+":*", 1000).Result()
-		if err != nil {
-			return 0, err
-		}
-		for i := 0; i < len(kv); i += 2 { // member, score pairs
-			seen[kv[i]] = true
-		}
-		if cursor = next; cursor == 0 {
-			return int64(len(seen)), nil
-		}
-	}
 }

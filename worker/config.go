@@ -29,10 +29,16 @@ type Config struct {
 	// once, including those waiting briefly for a destination. Default 200.
 	Concurrency int
 	// MaxWaiters (HOOKLANE_MAX_WAITERS) caps the tasks of one destination
-	// waiting in this process; more are deferred. Default Concurrency/2.
+	// waiting in this process (for an in-flight slot or their rate-limit
+	// slot); more are deferred. Default Concurrency/4.
 	MaxWaiters int
+	// MaxWaiting (HOOKLANE_MAX_WAITING) caps the tasks of all destinations
+	// waiting in this process, so that slow destinations cannot hold every
+	// handler. Default Concurrency/2.
+	MaxWaiting int
 	// MaxWait (HOOKLANE_MAX_WAIT) is the longest a task waits in the handler
-	// for its destination's in-flight slot or rate limit. Default 1s.
+	// for its destination's in-flight slot or rate limit; longer waits are
+	// deferred. Default 1s; NoWait (HOOKLANE_MAX_WAIT=0): none.
 	MaxWait time.Duration
 	// ConnectTimeout (HOOKLANE_CONNECT_TIMEOUT) bounds dialing and TLS. Default 5s.
 	ConnectTimeout time.Duration
@@ -70,12 +76,17 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// NoWait as Config.MaxWait: no in-handler wait at all; every wait is a
+// deferral.
+const NoWait time.Duration = -1
+
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
 	c.RedisURL = cmp.Or(c.RedisURL, "redis://127.0.0.1:6379/0")
 	c.Namespace = cmp.Or(c.Namespace, "hooklane")
 	c.Concurrency = cmp.Or(c.Concurrency, 200)
-	c.MaxWaiters = cmp.Or(c.MaxWaiters, max(c.Concurrency/2, 1))
+	c.MaxWaiters = cmp.Or(c.MaxWaiters, max(c.Concurrency/4, 1))
+	c.MaxWaiting = cmp.Or(c.MaxWaiting, max(c.Concurrency/2, 1))
 	c.MaxWait = cmp.Or(c.MaxWait, time.Second)
 	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, 5*time.Second)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, 15*time.Second)
@@ -93,61 +104,96 @@ func (c Config) WithDefaults() Config {
 }
 
 func (c Config) validate() error {
-	switch {
-	case c.Concurrency < 1:
-		return errors.New("worker: Concurrency must be at least 1")
-	case c.MaxWaiters < 1:
-		return errors.New("worker: MaxWaiters must be at least 1")
-	case c.MaxWait < 0 || c.MaxWait > 10*time.Second:
-		return errors.New("worker: MaxWait must be between 0 and 10s")
-	case c.RequestTimeout < c.ConnectTimeout:
-		return errors.New("worker: RequestTimeout must not be shorter than ConnectTimeout")
-	case c.BackoffMax < c.BackoffBase:
-		return errors.New("worker: BackoffMax must not be shorter than BackoffBase")
-	case c.DeadLetterRetention < 0:
-		return errors.New("worker: DeadLetterRetention must not be negative")
-	case c.MaxRetryAfter < time.Second:
-		return errors.New("worker: MaxRetryAfter must be at least 1s")
+	var errs []error
+	atLeast := func(name string, v, least int) {
+		if v < least {
+			errs = append(errs, fmt.Errorf("worker: %s must be at least %d, not %d", name, least, v))
+		}
 	}
-	return nil
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("worker: %s must be positive, not %v", name, d))
+		}
+	}
+	atLeast("Concurrency (HOOKLANE_CONCURRENCY)", c.Concurrency, 1)
+	atLeast("MaxWaiters (HOOKLANE_MAX_WAITERS)", c.MaxWaiters, 1)
+	atLeast("MaxWaiting (HOOKLANE_MAX_WAITING)", c.MaxWaiting, 1)
+	positive("ConnectTimeout (HOOKLANE_CONNECT_TIMEOUT)", c.ConnectTimeout)
+	positive("RequestTimeout (HOOKLANE_REQUEST_TIMEOUT)", c.RequestTimeout)
+	positive("BackoffBase (HOOKLANE_BACKOFF_BASE)", c.BackoffBase)
+	positive("BackoffMax (HOOKLANE_BACKOFF_MAX)", c.BackoffMax)
+	positive("PauseRecheck (HOOKLANE_PAUSE_RECHECK)", c.PauseRecheck)
+	positive("PollInterval (HOOKLANE_POLL_INTERVAL)", c.PollInterval)
+	positive("ForwardInterval (HOOKLANE_FORWARD_INTERVAL)", c.ForwardInterval)
+	positive("ShutdownTimeout (HOOKLANE_SHUTDOWN_TIMEOUT)", c.ShutdownTimeout)
+	switch {
+	case c.MaxWait != NoWait && (c.MaxWait < 0 || c.MaxWait > 10*time.Second):
+		errs = append(errs, errors.New("worker: MaxWait (HOOKLANE_MAX_WAIT) must be between 0 (no wait) and 10s"))
+	case c.RequestTimeout < c.ConnectTimeout:
+		errs = append(errs, errors.New("worker: RequestTimeout must not be shorter than ConnectTimeout"))
+	case c.BackoffMax < c.BackoffBase:
+		errs = append(errs, errors.New("worker: BackoffMax must not be shorter than BackoffBase"))
+	case c.DeadLetterRetention < 0:
+		errs = append(errs, errors.New("worker: DeadLetterRetention (HOOKLANE_DEAD_LETTER_RETENTION) must not be negative (0: keep)"))
+	case c.MaxRetryAfter < time.Second:
+		errs = append(errs, errors.New("worker: MaxRetryAfter (HOOKLANE_MAX_RETRY_AFTER) must be at least 1s"))
+	}
+	return errors.Join(errs...)
 }
+
+// maxWait is MaxWait as a duration (NoWait: 0).
+func (c Config) maxWait() time.Duration { return max(c.MaxWait, 0) }
 
 // FromEnv reads a Config from the environment; unset variables stay zero
 // (WithDefaults fills them). Errors name the variable.
 func FromEnv() (Config, error) {
 	c := Config{RedisURL: os.Getenv("REDIS_URL"), Namespace: os.Getenv("HOOKLANE_NAMESPACE")}
 	var errs []error
+	// A variable that is set must say what it means: zero is refused (it
+	// would silently become the default) except where it has a meaning of
+	// its own.
 	intVar := func(name string, dst *int) {
 		if v := os.Getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil {
+			switch {
+			case err != nil:
 				errs = append(errs, fmt.Errorf("%s: %q is not a whole number", name, v))
+			case n < 1:
+				errs = append(errs, fmt.Errorf("%s: must be at least 1, not %d", name, n))
 			}
 			*dst = n
 		}
 	}
-	durVar := func(name string, dst *time.Duration) {
+	durVar := func(name string, dst *time.Duration, zero time.Duration, zeroOK bool) {
 		if v := os.Getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
-			if err != nil {
+			switch {
+			case err != nil:
 				errs = append(errs, fmt.Errorf("%s: %q is not a duration such as 500ms or 2s", name, v))
+			case d < 0:
+				errs = append(errs, fmt.Errorf("%s: must not be negative, not %s", name, v))
+			case d == 0 && !zeroOK:
+				errs = append(errs, fmt.Errorf("%s: must be positive, not %s", name, v))
+			case d == 0:
+				d = zero
 			}
 			*dst = d
 		}
 	}
 	intVar("HOOKLANE_CONCURRENCY", &c.Concurrency)
 	intVar("HOOKLANE_MAX_WAITERS", &c.MaxWaiters)
-	durVar("HOOKLANE_MAX_WAIT", &c.MaxWait)
-	durVar("HOOKLANE_CONNECT_TIMEOUT", &c.ConnectTimeout)
-	durVar("HOOKLANE_REQUEST_TIMEOUT", &c.RequestTimeout)
-	durVar("HOOKLANE_MAX_RETRY_AFTER", &c.MaxRetryAfter)
-	durVar("HOOKLANE_BACKOFF_BASE", &c.BackoffBase)
-	durVar("HOOKLANE_BACKOFF_MAX", &c.BackoffMax)
-	durVar("HOOKLANE_PAUSE_RECHECK", &c.PauseRecheck)
-	durVar("HOOKLANE_POLL_INTERVAL", &c.PollInterval)
-	durVar("HOOKLANE_FORWARD_INTERVAL", &c.ForwardInterval)
-	durVar("HOOKLANE_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout)
-	durVar("HOOKLANE_DEAD_LETTER_RETENTION", &c.DeadLetterRetention)
+	intVar("HOOKLANE_MAX_WAITING", &c.MaxWaiting)
+	durVar("HOOKLANE_MAX_WAIT", &c.MaxWait, NoWait, true) // 0: no in-handler wait
+	durVar("HOOKLANE_CONNECT_TIMEOUT", &c.ConnectTimeout, 0, false)
+	durVar("HOOKLANE_REQUEST_TIMEOUT", &c.RequestTimeout, 0, false)
+	durVar("HOOKLANE_MAX_RETRY_AFTER", &c.MaxRetryAfter, 0, false)
+	durVar("HOOKLANE_BACKOFF_BASE", &c.BackoffBase, 0, false)
+	durVar("HOOKLANE_BACKOFF_MAX", &c.BackoffMax, 0, false)
+	durVar("HOOKLANE_PAUSE_RECHECK", &c.PauseRecheck, 0, false)
+	durVar("HOOKLANE_POLL_INTERVAL", &c.PollInterval, 0, false)
+	durVar("HOOKLANE_FORWARD_INTERVAL", &c.ForwardInterval, 0, false)
+	durVar("HOOKLANE_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout, 0, false)
+	durVar("HOOKLANE_DEAD_LETTER_RETENTION", &c.DeadLetterRetention, 0, true) // 0: keep
 	if v := os.Getenv("HOOKLANE_ALLOWED_CIDRS"); v != "" {
 		var err error
 		if c.AllowedCIDRs, err = ParseCIDRs(v); err != nil {

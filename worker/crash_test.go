@@ -194,7 +194,7 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 		return true
 	})
 	b := newCrashBundle(t, ns, tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 1})
-	coolKey := limits.NewGates(b.rdb, ns).CooldownKey("s")
+	coolKey := tasks.Keys(ns).Gates("s").Cooldown
 	q := "asynq:{" + ns + "}:"
 
 	var w *proc

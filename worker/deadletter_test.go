@@ -32,7 +32,7 @@ func TestDeadLetterLedgerAndReplay(t *testing.T) {
 	b.publish(t, "e1", "video.trending")
 	var dl []tasks.DeadLetter
 	testkit.Eventually(t, 10*time.Second, "ledger entry", func() bool {
-		dl, _ = b.p.DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: "s"})
+		dl = b.dead(t, producer.DeadLetterQuery{Subscriber: "s"})
 		return len(dl) == 1
 	})
 	e := dl[0]
@@ -41,23 +41,23 @@ func TestDeadLetterLedgerAndReplay(t *testing.T) {
 		t.Fatalf("ledger entry %+v", e)
 	}
 	healthy.Store(true)
-	out, err := b.p.Replay(ctx, producer.DeadLetterQuery{Subscriber: "s"})
-	if err != nil || len(out) != 1 || out[0].Outcome != producer.Enqueued {
-		t.Fatalf("Replay = %+v, %v", out, err)
+	out, next, err := b.p.Replay(ctx, producer.DeadLetterQuery{Subscriber: "s"})
+	if err != nil || len(out) != 1 || out[0].Outcome != producer.Enqueued || next != "" {
+		t.Fatalf("Replay = %+v, %q, %v", out, next, err)
 	}
 	testkit.Eventually(t, 10*time.Second, "redelivery", func() bool { return s.Count() == 3 })
 	if got := s.Got()[2].Header.Get("webhook-id"); got != "e1" {
 		t.Fatalf("replayed webhook-id %q, want the same event id e1", got)
 	}
-	if dl, _ := b.p.DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: "s"}); len(dl) != 0 {
+	if dl := b.dead(t, producer.DeadLetterQuery{Subscriber: "s"}); len(dl) != 0 {
 		t.Fatalf("replayed entry still listed as dead: %+v", dl)
 	}
-	dl, _ = b.p.DeadLetters(ctx, producer.DeadLetterQuery{IDs: []string{"s:e1"}, IncludeReplayed: true})
-	if len(dl) != 1 || dl[0].ReplayedAt.IsZero() {
-		t.Fatalf("replayed entry not marked: %+v", dl)
+	dl = b.dead(t, producer.DeadLetterQuery{IDs: []string{"s:e1"}, IncludeReplayed: true})
+	if len(dl) != 1 || dl[0].ReplayedAt.IsZero() || len(dl[0].Attempts) != 2 {
+		t.Fatalf("replayed entry not marked, or its history lost: %+v", dl)
 	}
-	if out, _ := b.p.Replay(ctx, producer.DeadLetterQuery{Subscriber: "s"}); len(out) != 0 {
-		t.Fatalf("second replay did %+v, want nothing", out)
+	if out, next, err := b.p.Replay(ctx, producer.DeadLetterQuery{Subscriber: "s"}); err != nil || len(out) != 0 || next != "" {
+		t.Fatalf("second replay did %+v, %q, %v; want nothing, and no error", out, next, err)
 	}
 	if err := b.p.DeleteDeadLetter(ctx, "s:e1"); err != nil {
 		t.Fatal(err)
@@ -99,12 +99,16 @@ func TestLedgerOutlivesArchiveTrim(t *testing.T) {
 		t.Fatalf("asynq archive holds %d (%v); the test expects asynq's trim to at most 10,000", q.Archived, err)
 	}
 	t.Logf("asynq archive kept %d of %d dead letters", q.Archived, n)
-	dl, err := b.p.DeadLetters(ctx, producer.DeadLetterQuery{Limit: 100_000})
-	if err != nil || len(dl) != 10_000 { // one page at most
-		t.Fatalf("DeadLetters page: %d, %v", len(dl), err)
+	dl, next, err := b.p.DeadLetters(ctx, producer.DeadLetterQuery{Limit: 100_000})
+	if err != nil || len(dl) != 10_000 || next == "" { // one page at most, and a cursor to the rest
+		t.Fatalf("DeadLetters page: %d, next %q, %v", len(dl), next, err)
+	}
+	rest, next, err := b.p.DeadLetters(ctx, producer.DeadLetterQuery{Limit: 10_000, Cursor: next})
+	if err != nil || len(rest) != n-10_000 || next != "" {
+		t.Fatalf("DeadLetters second page: %d, next %q, %v; want the other %d", len(rest), next, err, n-10_000)
 	}
 	healthy.Store(true)
-	out, err := b.p.Replay(ctx, producer.DeadLetterQuery{Subscriber: "s"})
+	out, err := b.p.ReplayAll(ctx, producer.DeadLetterQuery{Subscriber: "s"})
 	if err != nil || len(out) != n {
 		t.Fatalf("Replay: %d outcomes, %v; want %d", len(out), err, n)
 	}

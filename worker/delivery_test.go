@@ -324,36 +324,6 @@ func TestRedirectNotFollowed(t *testing.T) {
 	}
 }
 
-func TestDeletedSubscriberIsDeadLettered(t *testing.T) {
-	t.Parallel()
-	b := setup(t, worker.Config{})
-	s := testkit.NewSink(t, nil)
-	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
-	if err := b.p.SetPaused(context.Background(), "s", true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.p.SendTo(context.Background(), "s", tasks.Event{ID: "e", Type: "t", Data: json.RawMessage(`1`)}, nil); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Eventually(t, 10*time.Second, "held while paused", func() bool {
-		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
-		return err == nil && info.State == asynq.TaskStateRetry && strings.Contains(info.LastErr, "subscriber paused")
-	})
-	if err := b.p.DeleteSubscriber(context.Background(), "s"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.insp.RunTask(b.ns, tasks.TaskID("s", "e")); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Eventually(t, 10*time.Second, "archived", func() bool {
-		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
-		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "deleted")
-	})
-	if s.Count() != 0 {
-		t.Fatal("a paused subscriber received a request")
-	}
-}
-
 func TestUndecodablePayloadIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
@@ -382,7 +352,7 @@ func TestSSRFGuardRefusesUnlistedLoopback(t *testing.T) {
 	if s.Count() != 0 {
 		t.Fatal("the refused sink received a request")
 	}
-	if dl, _ := b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{}); len(dl) != 1 || dl[0].Reason != worker.DeadRefused {
+	if dl := b.dead(t, producer.DeadLetterQuery{}); len(dl) != 1 || dl[0].Reason != worker.DeadRefused {
 		t.Fatalf("ledger %+v, want one entry with reason refused", dl)
 	}
 }

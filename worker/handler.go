@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -32,6 +34,15 @@ type infraError struct{ err error }
 
 func (e *infraError) Error() string { return "hooklane infrastructure: " + e.err.Error() }
 func (e *infraError) Unwrap() error { return e.err }
+
+// droppedError ends a task that must not be sent: its subscriber was
+// deleted, or re-created since (another generation). It is counted, not
+// dead-lettered: deleting a subscriber with a million queued events must
+// not write a million ledger entries.
+type droppedError struct{ msg string }
+
+func (e *droppedError) Error() string { return e.msg }
+func (e *droppedError) Unwrap() error { return asynq.RevokeTask } // asynq deletes it
 
 // isFailure is asynq's Config.IsFailure: deferrals and infrastructure
 // errors do not count as attempts.
@@ -62,7 +73,7 @@ type handler struct {
 	gates  *limits.Gates
 	keys   tasks.Keys
 	client *http.Client
-	lanes  *lanes
+	room   *waitRoom
 	subs   *subCache
 	// recorder batches the writes that follow a run.
 	recorder *recorder
@@ -78,9 +89,18 @@ type Result struct {
 	DeliveredAt time.Time `json:"delivered_at"`
 }
 
-// ProcessTask delivers one event to one subscriber.
-func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
+// ProcessTask delivers one event to one subscriber. Whatever happens,
+// record runs: a panic is a counted failure of this task, and its slot is
+// released at once instead of after its ttl.
+func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 	var r run
+	defer func() {
+		if p := recover(); p != nil {
+			h.log.Error("panic delivering a task: a hooklane bug", "task_id", r.taskID, "panic", p, "stack", string(debug.Stack()))
+			err = h.record(ctx, &r, &RetryError{After: limits.Backoff(r.retried, h.cfg.BackoffBase, h.cfg.BackoffMax),
+				Msg: fmt.Sprintf("hooklane panicked delivering this task (a bug): %v", p)})
+		}
+	}()
 	return h.record(ctx, &r, h.process(ctx, t, &r))
 }
 
@@ -92,18 +112,27 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	if err != nil {
 		return err
 	}
-	r.d, r.sub = &d, d.SubscriberID
+	r.d, r.sub, r.keys = &d, d.SubscriberID, h.keys.Gates(d.SubscriberID)
+	r.maxAttempts = d.MaxAttempts
+	if r.maxAttempts == 0 { // a task of the release before: asynq held the budget
+		r.maxAttempts, _ = asynq.GetMaxRetry(ctx)
+	}
+	if r.retried >= r.maxAttempts {
+		// Only a lost lease gets here (asynq counts it as an attempt): the
+		// last attempt's worker died mid-request. The budget is spent.
+		return dead(DeadAttempts, "no attempt left: %d of %d spent, the last one lost with its worker (asynq counts a lost lease as an attempt)",
+			r.retried, r.maxAttempts)
+	}
 	sub, err := h.subscriber(ctx, d.SubscriberID)
 	if err != nil {
 		return err
 	}
-	if time.Now().Before(d.NotBefore) {
-		return h.deferTo(ctx, &d, &sub, GateNotBefore, d.NotBefore, "not before "+stamp(d.NotBefore))
-	}
-	if r.token, err = h.admit(ctx, &d, &sub); err != nil {
+	if r.token, err = h.admit(ctx, &d, &sub, r); err != nil {
 		return err
 	}
-	resp := post(ctx, h.client, &sub, &d.Event)
+	resp := post(ctx, h.client, &sub, &d.Event, func(status int, hdr http.Header, at time.Time) {
+		h.throttledEarly(ctx, r, status, hdr.Get("Retry-After"), at)
+	})
 	r.attempt = &tasks.Attempt{At: resp.received, Status: resp.status, RetryAfter: resp.retryAfter}
 	if resp.err != nil {
 		r.attempt.Error = resp.err.Error()
@@ -117,22 +146,23 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 		r.result, _ = json.Marshal(Result{Status: resp.status, LatencyMS: resp.latency.Milliseconds(),
 			Attempt: r.retried + 1, DeliveredAt: resp.received})
 	}
-	// finish records a cooldown before record releases the slot, so no task
-	// waiting for this slot can send after a 429.
-	return h.finish(ctx, &d, &sub, resp, r.retried)
+	// The cooldown of a 429 is already written (throttledEarly), before
+	// record releases the slot: no task waiting for it can send after a 429.
+	return h.finish(ctx, &d, &sub, resp, r)
 }
 
 // subscriber returns the subscriber's endpoint, secrets and limits from a
 // per-process cache (a second old at most) or Redis. Whether it still
-// exists, is paused or cooling down is checked fresh by Admit.
+// exists in the task's generation, is paused or cooling down is checked
+// fresh by Admit.
 func (h *handler) subscriber(ctx context.Context, id string) (tasks.Subscriber, error) {
 	if s, ok := h.subs.get(id); ok {
 		return s, nil
 	}
-	v, err := h.rdb.HGet(ctx, h.keys.Subscribers(), id).Result()
+	v, err := h.rdb.HGet(ctx, h.keys.SubscriberConfigs(), id).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return tasks.Subscriber{}, dead(DeadDeleted, "subscriber %s was deleted", id)
+		return tasks.Subscriber{}, &droppedError{fmt.Sprintf("subscriber %s was deleted: not sent", id)}
 	case err != nil:
 		return tasks.Subscriber{}, h.infra("load subscriber", id, err)
 	}
@@ -149,87 +179,158 @@ func (h *handler) infra(what, sub string, err error) error {
 	return &infraError{fmt.Errorf("%s: %w", what, err)}
 }
 
-// deferTo reschedules the task at a paced slot no earlier than notBefore,
-// or dead-letters it when that is past its retry horizon.
-func (h *handler) deferTo(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, gate string, notBefore time.Time, reason string) error {
-	if notBefore.After(d.ExpiresAt) {
+// deferTo parks the task and reschedules it, or dead-letters it when its
+// wake-up is past its retry horizon. pk.Book spreads the wake-ups of the
+// destination's waiting tasks at its rate (rate limit, cooldown,
+// not-before); without it the task waits pk.Hold and takes nobody's slot.
+func (h *handler) deferTo(ctx context.Context, d *tasks.Delivery, r *run, gate string, pk limits.Parking, reason string) error {
+	pk.Keys, pk.TaskID = r.keys, r.taskID
+	in, err := h.gates.Park(ctx, pk)
+	if err != nil {
+		return h.infra("park", r.sub, err)
+	}
+	until := time.Now().Add(in)
+	if until.After(d.ExpiresAt) {
 		return dead(DeadHorizon, "retry horizon %s passed while %s", stamp(d.ExpiresAt), reason)
 	}
-	wake, err := h.gates.Reserve(ctx, limits.Reservation{Subscriber: sub.ID, Limit: sub.Limit, NotBefore: notBefore})
-	if err != nil {
-		return h.infra("reserve", sub.ID, err)
-	}
-	// Due at the start of the slot's second (the lane waits out the rest),
-	// but never before notBefore, which DeferredError rounds up.
-	until := wake[0].Truncate(time.Second)
-	if until.Before(notBefore) {
-		until = notBefore
+	if pk.Book {
+		// Due at the start of the slot's second (the rate limiter books the
+		// rest), but never before the time the wait is for, which
+		// DeferredError rounds up.
+		until = until.Truncate(time.Second)
+		if !pk.NotBefore.IsZero() && until.Before(pk.NotBefore) {
+			until = pk.NotBefore
+		}
 	}
 	return &limits.DeferredError{Until: until, Gate: gate, Reason: reason}
 }
 
-// admit passes the max-in-flight and rate-limit gates, waiting in the
-// destination's lane for at most MaxWait. It returns the in-flight token.
-func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber) (string, error) {
-	now := time.Now()
-	l, ok := h.lanes.join(sub.ID)
-	if !ok {
-		return "", h.deferTo(ctx, d, sub, GateWaiters, now, "waiting room full")
-	}
-	defer h.lanes.leave(sub.ID, l)
-	deadline := now.Add(h.cfg.MaxWait)
-	if !l.lock(ctx, deadline) {
-		return "", h.deferTo(ctx, d, sub, GateWaiters, time.Now(), "destination busy")
-	}
-	defer l.unlock()
+// jitter spreads tasks that wait the same hold, so they do not all come
+// back in the same instant.
+func jitter(d time.Duration) time.Duration { return d + rand.N(d/4+1) }
 
-	slotTTL := h.cfg.RequestTimeout + h.cfg.MaxWait + 5*time.Second
+// admit passes every gate, waiting in this process for at most MaxWait: for
+// a rate-limit slot booked that far ahead, or in the destination's busy
+// lane for a free in-flight slot. It returns the in-flight token.
+func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, r *run) (string, error) {
+	maxWait := h.cfg.maxWait()
+	req := limits.AdmitRequest{Gen: d.Gen, TaskID: r.taskID, NotBefore: d.NotBefore, Limit: sub.Limit,
+		MaxInFlight: sub.MaxInFlight, SlotTTL: h.cfg.RequestTimeout + maxWait + 5*time.Second}
+	var l *lane
+	if maxWait > 0 {
+		var ok bool
+		if l, ok = h.room.enter(sub.ID); ok {
+			defer h.room.leave(sub.ID, l)
+			req.Reserve = maxWait
+		}
+	}
+	deadline := time.Now().Add(maxWait)
 	const poll = 20 * time.Millisecond
+	head := false
+	defer func() {
+		if head {
+			l.unlock()
+		}
+	}()
 	for {
-		a, err := h.gates.Admit(ctx, h.keys.Subscribers(), h.keys.Paused(), sub.ID, sub.Limit, sub.MaxInFlight, slotTTL)
+		a, err := h.gates.Admit(ctx, r.keys, req)
 		switch {
 		case err != nil:
 			return "", h.infra("admit", sub.ID, err)
 		case a.Admitted():
+			if a.SendIn == 0 {
+				return a.Token, nil
+			}
+			if !sleep(ctx, a.SendIn) {
+				// Shutting down: the slot is released with the run and asynq
+				// puts the task back.
+				return a.Token, ctx.Err()
+			}
+			// A 429 may have come in while this request waited for its slot.
+			cool, err := h.gates.CoolingFor(ctx, r.keys)
+			switch {
+			case err != nil:
+				return a.Token, h.infra("cooldown", sub.ID, err)
+			case cool > 0:
+				r.token = a.Token // released with the run
+				until := time.Now().Add(cool)
+				return a.Token, h.deferTo(ctx, d, r, GateCooldown, limits.Parking{Limit: sub.Limit, Book: true, NotBefore: until},
+					"destination cooling down until "+stamp(until))
+			}
 			return a.Token, nil
 		case a.Unknown:
 			h.subs.forget(sub.ID)
-			return "", dead(DeadDeleted, "subscriber %s was deleted", sub.ID)
-		case a.Paused:
-			return "", h.deferTo(ctx, d, sub, GatePaused, time.Now().Add(h.cfg.PauseRecheck), "subscriber paused")
-		case !a.CoolUntil.IsZero():
-			return "", h.deferTo(ctx, d, sub, GateCooldown, a.CoolUntil, "destination cooling down until "+stamp(a.CoolUntil))
+			return "", &droppedError{fmt.Sprintf("subscriber %s was deleted or re-created since this event was published: not sent", sub.ID)}
+		case a.Paused != "":
+			return "", h.deferTo(ctx, d, r, GatePaused, limits.Parking{Hold: jitter(h.cfg.PauseRecheck)}, "subscriber paused ("+a.Paused+")")
+		case a.NotBefore > 0:
+			return "", h.deferTo(ctx, d, r, GateNotBefore, limits.Parking{Limit: sub.Limit, Book: true, NotBefore: d.NotBefore},
+				"not before "+stamp(d.NotBefore))
+		case a.CoolFor > 0:
+			until := time.Now().Add(a.CoolFor)
+			return "", h.deferTo(ctx, d, r, GateCooldown, limits.Parking{Limit: sub.Limit, Book: true, NotBefore: until},
+				"destination cooling down until "+stamp(until))
 		case a.Busy:
-			if time.Until(deadline) < poll || !sleep(ctx, poll) {
-				return "", h.deferTo(ctx, d, sub, GateInFlight, time.Now().Add(time.Second),
-					fmt.Sprintf("max in-flight %d reached", sub.MaxInFlight))
+			// Wait for a slot as the busy lane's head, if there is room.
+			if l == nil || (!head && !l.lock(ctx, deadline)) {
+				return "", h.deferBusy(ctx, d, r, sub)
 			}
-		default: // rate limited
-			if time.Until(deadline) < a.Wait || !sleep(ctx, a.Wait) {
-				return "", h.deferTo(ctx, d, sub, GateRateLimit, time.Now().Add(a.Wait), "rate limit "+sub.Limit.String())
+			head = true
+			if time.Until(deadline) < poll || !l.waitFreed(ctx, min(poll, time.Until(deadline))) {
+				return "", h.deferBusy(ctx, d, r, sub)
 			}
+		default: // rate limited beyond what may be waited here
+			return "", h.deferTo(ctx, d, r, GateRateLimit, limits.Parking{Limit: sub.Limit, Book: true, NotBefore: time.Now().Add(a.Wait)},
+				"rate limit "+sub.Limit.String())
 		}
 	}
 }
 
+// deferBusy defers a task whose destination has every in-flight slot taken:
+// it comes back in about a second, taking no pacing slot.
+func (h *handler) deferBusy(ctx context.Context, d *tasks.Delivery, r *run, sub *tasks.Subscriber) error {
+	return h.deferTo(ctx, d, r, GateInFlight, limits.Parking{Hold: jitter(time.Second)},
+		fmt.Sprintf("max in-flight %d reached", sub.MaxInFlight))
+}
+
+// throttledEarly records the cooldown of a 429 (or 503 with Retry-After) as
+// soon as its headers arrive, before the body is read and before the slot
+// is released.
+func (h *handler) throttledEarly(ctx context.Context, r *run, status int, retryAfter string, at time.Time) {
+	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
+		return
+	}
+	ra, ok := limits.ReadRetryAfter(retryAfter)
+	if !ok {
+		return // a counted failure; finish cools it down with the backoff
+	}
+	until, left, err := h.gates.Cooldown(context.WithoutCancel(ctx), r.keys, ra, h.cfg.MaxRetryAfter)
+	if err != nil {
+		// The task still waits for its deadline; only the cooldown of the
+		// other events is lost.
+		h.log.Error("could not record cooldown", "subscriber_id", r.sub, "err", err)
+		r.coolLocal = ra.Deadline(at, h.cfg.MaxRetryAfter)
+		return
+	}
+	r.coolUntil, r.coolLocal = until, time.Now().Add(left)
+}
+
 // finish turns the endpoint's answer into the task's next state.
-func (h *handler) finish(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, r response, retried int) error {
-	attempt := retried + 1
-	if r.err == nil && r.status/100 == 2 {
+func (h *handler) finish(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, resp response, r *run) error {
+	attempt := r.retried + 1
+	if resp.err == nil && resp.status/100 == 2 {
 		h.log.Debug("delivered", "subscriber_id", sub.ID, "event_id", d.Event.ID, "attempt", attempt,
-			"status", r.status, "latency_ms", r.latency.Milliseconds())
+			"status", resp.status, "latency_ms", resp.latency.Milliseconds())
 		return nil
 	}
-	maxAttempts, _ := asynq.GetMaxRetry(ctx)
 	log := h.log.With("subscriber_id", sub.ID, "event_id", d.Event.ID, "attempt", attempt)
-
-	what := describe(r)
-	if errors.Is(r.err, ErrForbiddenAddress) {
+	what := describe(resp)
+	if errors.Is(resp.err, ErrForbiddenAddress) {
 		log.Warn("endpoint address refused by the SSRF guard", "reason", what)
 		return dead(DeadRefused, "%s", what)
 	}
-	if r.status == http.StatusGone {
-		if err := h.rdb.SAdd(ctx, h.keys.Paused(), sub.ID).Err(); err != nil {
+	if resp.status == http.StatusGone {
+		if err := h.gates.Pause(context.WithoutCancel(ctx), r.keys, d.Gen, tasks.PauseGone); err != nil {
 			log.Error("could not pause subscriber after 410", "err", err)
 		}
 		log.Warn("endpoint gone: subscriber paused, event dead-lettered")
@@ -239,41 +340,36 @@ func (h *handler) finish(ctx context.Context, d *tasks.Delivery, sub *tasks.Subs
 	// 429, or 503 with a usable Retry-After: the endpoint names when to come
 	// back. The deadline is obeyed exactly (no jitter), spends no attempt,
 	// and cools the whole destination so its other events wait too.
-	throttled := r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable
-	if deadline, ok := limits.ParseRetryAfter(r.retryAfter, r.received, h.cfg.MaxRetryAfter); throttled && ok {
-		what = fmt.Sprintf("%s; deadline %s; received %s", what, stamp(deadline), stamp(r.received))
-		if _, err := h.gates.Cooldown(ctx, sub.ID, deadline); err != nil {
-			// The task still waits for its deadline; only the cooldown of
-			// the other events is lost.
-			log.Error("could not record cooldown", "err", err)
-		}
-		if deadline.After(d.ExpiresAt) {
+	if !r.coolLocal.IsZero() {
+		what = fmt.Sprintf("%s; deadline %s (Redis clock); received %s", what, stamp(r.coolUntil), stamp(resp.received))
+		if r.coolLocal.After(d.ExpiresAt) {
 			return dead(DeadHorizon, "%s; retry horizon %s passed", what, stamp(d.ExpiresAt))
 		}
-		log.Info("throttled by endpoint", "status", r.status, "retry_after", r.retryAfter, "deadline", deadline)
-		return &limits.DeferredError{Until: deadline, Gate: GateRetryAfter, Reason: what}
+		log.Info("throttled by endpoint", "status", resp.status, "retry_after", resp.retryAfter, "deadline", r.coolUntil)
+		r.retryAt = r.coolLocal // listed with the subscriber's waiting tasks
+		return &limits.DeferredError{Until: r.coolLocal, Gate: GateRetryAfter, Reason: what}
 	}
 
 	// Anything else is a counted failure with backoff and full jitter.
-	if attempt >= maxAttempts {
+	if attempt >= r.maxAttempts {
 		log.Warn("dead-lettered: attempts exhausted", "reason", what)
-		return dead(DeadAttempts, "attempt %d of %d: %s", attempt, maxAttempts, what)
+		return dead(DeadAttempts, "attempt %d of %d: %s", attempt, r.maxAttempts, what)
 	}
-	after := limits.Backoff(retried, h.cfg.BackoffBase, h.cfg.BackoffMax)
-	next := r.received.Add(after)
+	after := limits.Backoff(r.retried, h.cfg.BackoffBase, h.cfg.BackoffMax)
+	next := resp.received.Add(after)
 	if next.After(d.ExpiresAt) {
 		return dead(DeadHorizon, "attempt %d: %s; retry horizon %s passed", attempt, what, stamp(d.ExpiresAt))
 	}
-	if r.status == http.StatusTooManyRequests {
+	if resp.status == http.StatusTooManyRequests {
 		// Throttled without a usable Retry-After: the local backoff cools
 		// the destination too.
-		if _, err := h.gates.Cooldown(ctx, sub.ID, next); err != nil {
+		if _, _, err := h.gates.Cooldown(ctx, r.keys, limits.RetryAfter{After: after}, h.cfg.MaxRetryAfter); err != nil {
 			log.Error("could not record cooldown", "err", err)
 		}
 	}
 	log.Info("delivery failed, will retry", "reason", what, "retry_in", after)
 	return &RetryError{After: after, Msg: fmt.Sprintf("attempt %d of %d: %s; next try in about %s",
-		attempt, maxAttempts, what, after.Round(time.Second))}
+		attempt, r.maxAttempts, what, after.Round(time.Second))}
 }
 
 // describe is the error text asynqmon shows: status, raw Retry-After.

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -114,7 +113,7 @@ func TestHostileReceivers(t *testing.T) {
 			b.publish(t, "e", id)
 			var dl []tasks.DeadLetter
 			testkit.Eventually(t, 3*timeout, "dead letter", func() bool {
-				dl, _ = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{Subscriber: id})
+				dl = b.dead(t, producer.DeadLetterQuery{Subscriber: id})
 				return len(dl) == 1
 			})
 			if len(dl[0].Attempts) != 1 || !strings.Contains(dl[0].Attempts[0].Error+dl[0].Error, tc.wantErr) {
@@ -230,7 +229,7 @@ func TestSecretsStayOutOfLogsAndLedger(t *testing.T) {
 	}
 	var dl []tasks.DeadLetter
 	testkit.Eventually(t, 10*time.Second, "two dead letters and a delivery", func() bool {
-		dl, _ = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{})
+		dl = b.dead(t, producer.DeadLetterQuery{})
 		return len(dl) == 2 && ok.Count() == 1
 	})
 	ledger := fmt.Sprintf("%+v", dl)

@@ -4,52 +4,80 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/hooklane/hooklane/tasks"
 )
 
-// lanes queue the tasks of one destination that wait in this process for a
-// short gate (in-flight slot or rate limit). Only the lane's head polls
-// Redis; the others wait their turn here. Without this, every waiter would
-// sleep the limiter's same RetryAfter and wake together to be denied again.
-type lanes struct {
-	mu  sync.Mutex
-	m   map[string]*lane
-	cap int
+// waitRoom accounts for the tasks that wait inside this process instead of
+// being deferred: for their rate-limit slot booked a moment ahead, or in a
+// destination's busy lane for a free in-flight slot. It caps them per
+// destination and in all, so that slow destinations cannot hold every
+// handler.
+//
+// The busy lane exists because a free in-flight slot cannot be booked
+// ahead: only the lane's head asks Redis, when a slot of the destination
+// was released here or every poll interval, while the others wait their
+// turn in the process. Without it every waiter would poll Redis.
+type waitRoom struct {
+	mu      sync.Mutex
+	m       map[string]*lane
+	perDest int
+	all     int
+	total   int
 }
 
 type lane struct {
 	waiters int
-	turn    chan struct{} // holds one token while a task is the head
+	turn    chan struct{} // holds one token while a task is the busy lane's head
+	freed   chan struct{} // a slot of the destination was released in this process
 }
 
-func newLanes(capacity int) *lanes { return &lanes{m: map[string]*lane{}, cap: capacity} }
+func newWaitRoom(perDest, all int) *waitRoom {
+	return &waitRoom{m: map[string]*lane{}, perDest: perDest, all: all}
+}
 
-// join enters dest's lane, or reports false when it already has cap waiters.
-func (ls *lanes) join(dest string) (*lane, bool) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	l := ls.m[dest]
+// enter takes a place for a task of dest, or reports false when dest or
+// the process has no room left.
+func (w *waitRoom) enter(dest string) (*lane, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.m[dest]
 	if l == nil {
-		l = &lane{turn: make(chan struct{}, 1)}
-		ls.m[dest] = l
+		l = &lane{turn: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
+		w.m[dest] = l
 	}
-	if l.waiters >= ls.cap {
+	if l.waiters >= w.perDest || w.total >= w.all {
+		if l.waiters == 0 {
+			delete(w.m, dest)
+		}
 		return nil, false
 	}
 	l.waiters++
+	w.total++
 	return l, true
 }
 
-func (ls *lanes) leave(dest string, l *lane) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
+func (w *waitRoom) leave(dest string, l *lane) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.total--
 	if l.waiters--; l.waiters == 0 {
-		delete(ls.m, dest)
+		delete(w.m, dest)
 	}
 }
 
-// lock makes the caller the lane's head, or reports false at deadline.
+// released tells dest's busy lane, if any, that one of its slots is free.
+func (w *waitRoom) released(dest string) {
+	w.mu.Lock()
+	l := w.m[dest]
+	w.mu.Unlock()
+	if l != nil {
+		select {
+		case l.freed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// lock makes the caller the busy lane's head, or reports false at deadline.
 func (l *lane) lock(ctx context.Context, deadline time.Time) bool {
 	select {
 	case l.turn <- struct{}{}:
@@ -69,8 +97,25 @@ func (l *lane) lock(ctx context.Context, deadline time.Time) bool {
 
 func (l *lane) unlock() { <-l.turn }
 
+// waitFreed waits until a slot of the lane's destination is released here,
+// poll passes, or ctx is done (false).
+func (l *lane) waitFreed(ctx context.Context, poll time.Duration) bool {
+	t := time.NewTimer(poll)
+	defer t.Stop()
+	select {
+	case <-l.freed:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
 // sleep waits d or until ctx is done, reporting whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -79,46 +124,4 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// subCache keeps each subscriber's configuration for up to a second, so a
-// delivery does not spend a round trip re-reading it. Changes to the URL,
-// secrets or limits therefore apply within a second; deletion, pausing and
-// cooldowns are seen at once (Admit checks them in Redis).
-type subCache struct {
-	mu  sync.Mutex
-	m   map[string]cachedSub
-	ttl time.Duration
-}
-
-type cachedSub struct {
-	s  tasks.Subscriber
-	at time.Time
-}
-
-func newSubCache(ttl time.Duration) *subCache { return &subCache{m: map[string]cachedSub{}, ttl: ttl} }
-
-func (c *subCache) get(id string) (tasks.Subscriber, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[id]
-	if !ok || time.Since(e.at) > c.ttl {
-		return tasks.Subscriber{}, false
-	}
-	return e.s, true
-}
-
-func (c *subCache) put(id string, s tasks.Subscriber) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.m) > 100_000 { // bound memory if subscribers churn
-		clear(c.m)
-	}
-	c.m[id] = cachedSub{s, time.Now()}
-}
-
-func (c *subCache) forget(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, id)
 }

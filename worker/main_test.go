@@ -78,6 +78,17 @@ func (b *bundle) publish(t testing.TB, id, typ string) *producer.PublishResult {
 	return res
 }
 
+// dead returns the ledger entries q selects (one page), failing the test
+// on an error.
+func (b *bundle) dead(t testing.TB, q producer.DeadLetterQuery) []tasks.DeadLetter {
+	t.Helper()
+	dl, _, err := b.p.DeadLetters(context.Background(), q)
+	if err != nil {
+		t.Fatalf("DeadLetters(%+v): %v", q, err)
+	}
+	return dl
+}
+
 // counter reads one of a subscriber's counters in Redis.
 func (b *bundle) counter(t testing.TB, sub, field string) int64 {
 	st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, sub)

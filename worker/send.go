@@ -69,8 +69,11 @@ func sign(secrets []string, msgID string, ts time.Time, body []byte) (string, er
 	return strings.Join(sigs, " "), nil
 }
 
-// post sends ev to sub, signed, and reads at most maxResponseBody of the answer.
-func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *tasks.Event) response {
+// post sends ev to sub, signed, and reads at most maxResponseBody of the
+// answer. headers, when not nil, runs as soon as the status line and
+// headers are in, before the body is read: a 429's cooldown is recorded
+// then, not after up to 64 KiB of body, while other requests could slip out.
+func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *tasks.Event, headers func(status int, h http.Header, at time.Time)) response {
 	body, err := json.Marshal(ev) // {id, type, timestamp, data}
 	if err != nil {
 		return response{err: err}
@@ -101,10 +104,14 @@ func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *t
 		}
 		return response{err: err, received: time.Now(), latency: time.Since(start)}
 	}
+	received := time.Now()
+	if headers != nil {
+		headers(resp.StatusCode, resp.Header, received)
+	}
 	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
 	resp.Body.Close()
 	r := response{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"),
-		received: time.Now(), latency: time.Since(start)}
+		received: received, latency: time.Since(start)}
 	if err != nil && resp.StatusCode/100 != 2 {
 		r.err = fmt.Errorf("HTTP %d, then reading the body: %w", resp.StatusCode, err)
 	}

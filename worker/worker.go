@@ -21,6 +21,7 @@ type Worker struct {
 	ownRDB   bool
 	handler  asynq.Handler
 	recorder *recorder
+	h        *handler
 	stats    Stats
 }
 
@@ -49,13 +50,15 @@ func New(cfg Config) (*Worker, error) {
 		opt.MaxRetries, opt.MinRetryBackoff, opt.MaxRetryBackoff = 10, 250*time.Millisecond, time.Second
 		w.rdb, w.ownRDB = redis.NewClient(opt), true
 	}
+	keys := tasks.Keys(cfg.Namespace)
 	h := &handler{
-		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.rdb, cfg.Namespace), keys: tasks.Keys(cfg.Namespace),
-		client: newHTTPClient(cfg), lanes: newLanes(cfg.MaxWaiters), subs: newSubCache(time.Second), log: cfg.Logger, stats: &w.stats,
+		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.rdb), keys: keys, client: newHTTPClient(cfg),
+		room: newWaitRoom(cfg.MaxWaiters, cfg.MaxWaiting), subs: newSubCache(time.Second), log: cfg.Logger, stats: &w.stats,
 	}
+	w.h = h
 	w.srv = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
 		Concurrency:              cfg.Concurrency,
-		Queues:                   map[string]int{cfg.Namespace: 1},
+		Queues:                   map[string]int{keys.Queue(): 1},
 		IsFailure:                isFailure,
 		RetryDelayFunc:           h.retryDelay,
 		TaskCheckInterval:        cfg.PollInterval,
@@ -87,6 +90,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.cfg.Logger.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
 	w.srv.Shutdown()
 	w.recorder.close()
+	w.h.client.CloseIdleConnections()
 	if w.ownRDB {
 		return w.rdb.Close()
 	}

@@ -1,0 +1,217 @@
+package limits
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The pacing cursor books each task that has to wait a wake-up slot of its
+// own, spaced at the subscriber's rate after its burst, so that a backlog
+// wakes as fast as the limit lets it be sent and no faster, instead of all
+// at once and then re-checking forever. Unlike the rate limiter, the cursor
+// always advances: it schedules, the limiter (Admit) decides.
+//
+// Tasks whose slot lies in the future are parked in asynq's schedule and
+// listed in the subscriber's waiting index, so that a change of limit or a
+// resume can wake them (Wake) instead of leaving them booked on the old
+// pace.
+//
+// Events published with a not-before time are paced on a cursor of their
+// own per minute of that time: 100,000 events due at 09:00 wake spread at
+// the subscriber's rate from 09:00, without pushing back the events
+// published for now.
+
+// pacingKey is the cursor a slot at or after nb (Unix ms, 0: now) is booked on.
+func pacingKey(k GateKeys, nb int64) string {
+	if nb == 0 {
+		return k.Pacing
+	}
+	return k.Pacing + ":nb:" + strconv.FormatInt(nb/60000, 10)
+}
+
+// KEYS: 1 gate record, 2 pacing cursor, 3 waiting index, 4 publish marker.
+// ARGV: 1 interval ms (float), 2 burst, 3 not-before Unix ms (0: now),
+// 4 marker ttl ms, 5 task id, 6 "1" to book even when paused (held), "0"
+// to refuse then.
+// Reply {code, gen, wake Unix ms, ms from now until wake}: 0 booked;
+// 1 duplicate (the marker of this generation exists: nothing booked, wake
+// as first booked); 2 no such subscriber; 3 paused (nothing written).
+//
+// The marker makes a re-publish book nothing, and says when the first one
+// was booked for; asynq's task id still decides what is a duplicate.
+var bookScript = redis.NewScript(`
+local rec = redis.call('HMGET', KEYS[1], 'gen', 'paused')
+if not rec[1] then return {'2', '', '0', '0'} end
+if rec[2] and ARGV[6] ~= '1' then return {'3', rec[1], '0', '0'} end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local seen = redis.call('GET', KEYS[4])
+if seen then
+  local gen, wake = string.match(seen, '^(.*):(%d+)$')
+  if gen == rec[1] then return {'1', gen, wake, string.format('%d', math.max(tonumber(wake) - now, 0))} end
+end
+local nb = math.max(tonumber(ARGV[3]), now)
+local interval = tonumber(ARGV[1])
+local tat = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), nb) + interval
+local wake = math.ceil(math.max(tat - interval * tonumber(ARGV[2]), nb))
+redis.call('SET', KEYS[2], string.format('%.3f', tat), 'PX', math.ceil(tat - now + 60000))
+redis.call('SET', KEYS[4], rec[1] .. ':' .. string.format('%d', wake), 'PX', ARGV[4])
+if wake - now >= 1000 then redis.call('ZADD', KEYS[3], wake, ARGV[5]) end
+return {'0', rec[1], string.format('%d', wake), string.format('%d', wake - now)}`)
+
+// Booking asks Book for a wake-up slot for one new task.
+type Booking struct {
+	Keys      GateKeys
+	Limit     Limit
+	NotBefore time.Time // zero: now
+	EventID   string    // names the publish marker
+	TaskID    string
+	MarkerTTL time.Duration // how long a re-publish books nothing (the dedup window)
+	Held      bool          // book even when the subscriber is paused
+}
+
+// Booked is Book's answer for one Booking.
+type Booked struct {
+	Duplicate bool   // booked before, in this generation: nothing was written
+	Unknown   bool   // no such subscriber
+	Paused    bool   // paused and not Held: nothing was written
+	Gen       string // the subscriber's generation, for the task to carry
+	// In is how long from now (Redis' clock) the task's slot is: under a
+	// second, enqueue it due now (the worker waits out the rest); more,
+	// schedule it then. It is parked in the waiting index when ≥ 1s.
+	In time.Duration
+	// At is the slot itself, in Redis' clock.
+	At time.Time
+}
+
+// Book books a wake-up slot at or after NotBefore for each new task, in one
+// round trip (one per Cluster node).
+func (g *Gates) Book(ctx context.Context, bs ...Booking) ([]Booked, error) {
+	cmds := make([]*redis.Cmd, len(bs))
+	_, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range bs {
+			var nb int64
+			if !b.NotBefore.IsZero() {
+				nb = b.NotBefore.UnixMilli()
+			}
+			held := "0"
+			if b.Held {
+				held = "1"
+			}
+			ms := float64(b.Limit.Interval()) / float64(time.Millisecond)
+			keys := []string{b.Keys.Record, pacingKey(b.Keys, nb), b.Keys.Waiting, b.Keys.Seen + b.EventID}
+			// Eval, not Run: Run's NOSCRIPT fallback cannot work inside a pipeline.
+			cmds[i] = bookScript.Eval(ctx, p, keys, ms, b.Limit.Burst, nb, b.MarkerTTL.Milliseconds(), b.TaskID, held)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Booked, len(bs))
+	for i, c := range cmds {
+		res, err := c.StringSlice()
+		if err != nil {
+			return nil, err
+		}
+		in, _ := strconv.ParseInt(res[3], 10, 64)
+		at, _ := strconv.ParseInt(res[2], 10, 64)
+		out[i] = Booked{Gen: res[1], In: time.Duration(in) * time.Millisecond, At: time.UnixMilli(at)}
+		switch res[0] {
+		case "1":
+			out[i].Duplicate = true
+		case "2":
+			out[i].Unknown = true
+		case "3":
+			out[i].Paused = true
+		}
+	}
+	return out, nil
+}
+
+// KEYS: 1 pacing cursor, 2 waiting index. ARGV: 1 interval ms (float),
+// 2 burst, 3 not-before Unix ms (0: now), 4 task id, 5 "1" to book a slot on
+// the cursor, "0" to wake at now + ARGV[6] ms without taking one.
+// Reply {wake Unix ms, ms from now}.
+var parkScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local nb = math.max(tonumber(ARGV[3]), now)
+local wake
+if ARGV[5] == '1' then
+  local interval = tonumber(ARGV[1])
+  local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), nb) + interval
+  wake = math.ceil(math.max(tat - interval * tonumber(ARGV[2]), nb))
+  redis.call('SET', KEYS[1], string.format('%.3f', tat), 'PX', math.ceil(tat - now + 60000))
+else
+  wake = math.max(nb, now + tonumber(ARGV[6]))
+end
+redis.call('ZADD', KEYS[2], wake, ARGV[4])
+return {string.format('%d', wake), string.format('%d', wake - now)}`)
+
+// Parking asks Park to schedule a task's next wake-up.
+type Parking struct {
+	Keys      GateKeys
+	Limit     Limit
+	TaskID    string
+	NotBefore time.Time // no earlier than this (zero: now)
+	// Book takes a slot on the pacing cursor: for a task waiting for the
+	// rate limit or a cooldown, whose wake-ups must be spread at the
+	// subscriber's rate. Without it the task wakes after Hold and takes
+	// nobody's slot: a busy destination or a paused subscriber must not
+	// push back the tasks behind it.
+	Book bool
+	Hold time.Duration
+}
+
+// Park parks a task in the subscriber's waiting index and returns how long
+// from now (Redis' clock) it should wake.
+func (g *Gates) Park(ctx context.Context, pk Parking) (time.Duration, error) {
+	var nb int64
+	if !pk.NotBefore.IsZero() {
+		nb = pk.NotBefore.UnixMilli()
+	}
+	book := "0"
+	cursor := pk.Keys.Pacing
+	ms := 0.0
+	if pk.Book {
+		book = "1"
+		ms = float64(pk.Limit.Interval()) / float64(time.Millisecond)
+		if nb > time.Now().Add(time.Minute).UnixMilli() {
+			cursor = pacingKey(pk.Keys, nb) // a business deadline: its own minute's cursor
+		}
+	}
+	res, err := parkScript.Run(ctx, g.rdb, []string{cursor, pk.Keys.Waiting}, ms, pk.Limit.Burst, nb, pk.TaskID, book,
+		pk.Hold.Milliseconds()).StringSlice()
+	if err != nil {
+		return 0, err
+	}
+	in, _ := strconv.ParseInt(res[1], 10, 64)
+	return time.Duration(in) * time.Millisecond, nil
+}
+
+// ParkIn queues a task's entry in the waiting index on a pipeline, for a
+// counted failure that waits out its backoff in asynq's retry set.
+func (g *Gates) ParkIn(ctx context.Context, p redis.Pipeliner, k GateKeys, taskID string, wake time.Time) {
+	p.ZAdd(ctx, k.Waiting, redis.Z{Score: float64(wake.UnixMilli()), Member: taskID})
+}
+
+// UnparkIn queues the removal of a task from the waiting index: it ended
+// without passing Admit (dropped, dead).
+func (g *Gates) UnparkIn(ctx context.Context, p redis.Pipeliner, k GateKeys, taskID string) {
+	p.ZRem(ctx, k.Waiting, taskID)
+}
+
+// Waiting returns up to n task ids from the waiting index, soonest first,
+// starting after the first skip.
+func (g *Gates) Waiting(ctx context.Context, k GateKeys, skip, n int64) ([]string, error) {
+	return g.rdb.ZRange(ctx, k.Waiting, skip, skip+n-1).Result()
+}
+
+// WaitingCount is how many of a subscriber's tasks are parked.
+func (g *Gates) WaitingCount(ctx context.Context, k GateKeys) (int64, error) {
+	return g.rdb.ZCard(ctx, k.Waiting).Result()
+}

@@ -1,0 +1,175 @@
+package tasks
+
+import (
+	"strings"
+
+	"github.com/hooklane/hooklane/limits"
+)
+
+// Keys names every Redis key hooklane writes in one namespace, and the few
+// of asynq's it reads. Nothing else builds a key.
+//
+// Redis Cluster decides a key's slot by its hash tag, the part between the
+// first { and }. A script or MULTI may only touch one slot, so:
+//
+//   - {<ns>:subs} holds the subscriber directory: every subscriber's
+//     configuration, the list of ids and the event-type index that Publish
+//     reads, so that a subscriber's configuration and its index entries
+//     change in one transaction.
+//   - {<subscriber id>} holds everything per destination that a delivery
+//     reads or writes in one step: the gate record (existence, generation,
+//     pause), cooldown, in-flight slots, the rate limiter, the pacing
+//     cursor, the waiting index, counters and the dead letters with their
+//     attempts.
+//   - asynq keeps each queue in slot {<queue>} (asynq:{<queue>}:…).
+//   - The rest (global dead-letter index, global counters) has a slot of
+//     its own and is written apart, in an order that readers tolerate.
+//
+// Lifetimes are named beside each key. "Owner" is who writes it.
+type Keys string
+
+// Namespace is the namespace the keys are under.
+func (ns Keys) Namespace() string { return string(ns) }
+
+func (ns Keys) dir(rest string) string { return string(ns) + ":{" + string(ns) + ":subs}:" + rest }
+
+func (ns Keys) sub(id, rest string) string { return string(ns) + ":s:{" + id + "}:" + rest }
+
+// SubscriberConfigs is a hash: subscriber id → Subscriber JSON (without its
+// gate record). Slot {<ns>:subs}, so Publish reads the index and the
+// configurations of its targets in one script. Owner: producer. An entry
+// lives until its subscriber is deleted.
+func (ns Keys) SubscriberConfigs() string { return ns.dir("configs") }
+
+// SubscriberVersion is a counter incremented by every change of one
+// subscriber's configuration: an update WATCHes it, so that updates of
+// different subscribers never make each other start over. Slot
+// {<ns>:subs}. Owner: producer. Lives forever (a few bytes per id ever used).
+func (ns Keys) SubscriberVersion(id string) string { return ns.dir("version:" + id) }
+
+// SubscriberIDs is a sorted set of every subscriber id, all with score 0
+// so that ZRANGEBYLEX pages through them in id order. Slot {<ns>:subs}.
+// Owner: producer. Lives while any subscriber does.
+func (ns Keys) SubscriberIDs() string { return ns.dir("ids") }
+
+// TypeIndex is the set of subscribers that name event type t exactly.
+// Slot {<ns>:subs}. Owner: producer, in the transaction that writes their
+// configuration.
+func (ns Keys) TypeIndex(t string) string { return ns.dir("type:" + t) }
+
+// PrefixIndex is the set of subscribers with a filter "<prefix>*"; prefix
+// ends with the dot. Slot {<ns>:subs}. Owner: producer.
+func (ns Keys) PrefixIndex(prefix string) string { return ns.dir("prefix:" + prefix) }
+
+// AnyIndex is the set of subscribers without a filter (every type).
+// Slot {<ns>:subs}. Owner: producer.
+func (ns Keys) AnyIndex() string { return ns.dir("any") }
+
+// IndexKeysFor are the index sets an event of type t is looked up in: its
+// exact type, every "<prefix>." it starts with, and AnyIndex.
+func (ns Keys) IndexKeysFor(t string) []string {
+	keys := []string{ns.TypeIndex(t), ns.AnyIndex()}
+	for i := 0; i < len(t); i++ {
+		if t[i] == '.' {
+			keys = append(keys, ns.PrefixIndex(t[:i+1]))
+		}
+	}
+	return keys
+}
+
+// IndexKeyOf is the index set a filter entry ("video.trending" or
+// "video.*") puts its subscriber in.
+func (ns Keys) IndexKeyOf(filter string) string {
+	if prefix, ok := strings.CutSuffix(filter, "*"); ok {
+		return ns.PrefixIndex(prefix)
+	}
+	return ns.TypeIndex(filter)
+}
+
+// Gate is a subscriber's gate record, a hash the gate script reads fresh on
+// every delivery: "gen" (the generation: a new one each time the id is
+// created, so a deleted subscriber's queued tasks are never sent to a
+// re-created one), "paused" (the pause reason; absent: not paused),
+// "paused_at". Slot {<id>}. Owner: producer (creation, pause, resume,
+// deletion) and worker (410 Gone pauses). Lives until the subscriber is
+// deleted.
+func (ns Keys) Gate(id string) string { return ns.sub(id, "gate") }
+
+// Gates are the keys of one subscriber's delivery gates, all in slot
+// {<id>}. Owner: worker; the producer books pacing slots and resets them
+// when the limit changes. Each expires by itself (see limits.Gates).
+func (ns Keys) Gates(id string) limits.GateKeys {
+	return limits.GateKeys{
+		Record:   ns.Gate(id),
+		Cooldown: ns.sub(id, "cooldown"),
+		InFlight: ns.sub(id, "inflight"),
+		// redis_rate's own name for a limiter key: "rate:" + the key given.
+		Rate:    "rate:" + ns.sub(id, "gcra"),
+		Pacing:  ns.sub(id, "pacing"),
+		Waiting: ns.sub(id, "waiting"),
+		Seen:    ns.sub(id, "seen:"),
+	}
+}
+
+// RateLimiterKey is the key to give a redis_rate.Limiter to share the
+// subscriber's limit (redis_rate prefixes it with "rate:").
+func (ns Keys) RateLimiterKey(id string) string { return ns.sub(id, "gcra") }
+
+// Stats is a hash of one subscriber's counters (see worker.ReadStats).
+// Slot {<id>}. Owner: worker. Lives until the subscriber is deleted.
+func (ns Keys) Stats(id string) string { return ns.sub(id, "stats") }
+
+// LedgerKeys are the dead-letter ledger's keys of one task.
+type LedgerKeys struct {
+	// Entry is the ledger entry (DeadLetter JSON, without attempts).
+	// Owner: worker (written before asynq archives the task), producer
+	// (replay marks it, delete removes it). Lives until deleted, or for
+	// the dead-letter retention.
+	Entry string
+	// Attempts is the list of requests made for the delivery (Attempt
+	// JSON), kept while it is retrying and with its dead letter after.
+	// Owner: worker. Lives until the retry horizon plus two days, or with
+	// its dead letter.
+	Attempts string
+	// Index orders the subscriber's dead letters by time (score: Unix ms,
+	// member: task id). Entries whose ledger entry is gone are dropped by
+	// readers and trimmed past the retention.
+	Index string
+}
+
+// Ledger names the ledger keys of task id "<subscriber>:<event>", in slot
+// {<subscriber>} with the rest of its subscriber's state. A task id of
+// another form (a task hooklane did not write) goes to slot
+// {<ns>:orphans}.
+func (ns Keys) Ledger(taskID string) LedgerKeys {
+	sub, ev, ok := SplitTaskID(taskID)
+	if !ok {
+		tag := string(ns) + ":{" + string(ns) + ":orphans}:"
+		return LedgerKeys{Entry: tag + "dead:" + taskID, Attempts: tag + "attempts:" + taskID, Index: tag + "dead-index"}
+	}
+	return LedgerKeys{Entry: ns.sub(sub, "dead:"+ev), Attempts: ns.sub(sub, "attempts:"+ev), Index: ns.DeadIndex(sub)}
+}
+
+// DeadIndex is LedgerKeys.Index of subscriber sub.
+func (ns Keys) DeadIndex(sub string) string { return ns.sub(sub, "dead-index") }
+
+// AllDeadIndex orders every dead letter by time (score: Unix ms; member:
+// task id). Its own slot: it is written just before the entry, so it may
+// name an entry that does not exist (readers drop those), never miss one.
+func (ns Keys) AllDeadIndex() string { return string(ns) + ":dead-index" }
+
+// Counters is a hash of namespace-wide counters (dropped:<reason>) for
+// what no longer has a subscriber to count under. Its own slot. Owner:
+// worker. Lives forever.
+func (ns Keys) Counters() string { return string(ns) + ":counters" }
+
+// Queue is the asynq queue of the namespace's deliveries. asynq keeps it in
+// slot {<queue>}.
+func (ns Keys) Queue() string { return string(ns) }
+
+// AsynqTask is asynq's hash of one task. It is asynq's key, not ours: the
+// worker writes only its result field there, in the pipeline that follows a
+// delivery, instead of a round trip of asynq's ResultWriter of its own.
+// TestPublishTwiceDeliversOnce reads the result back through asynq's
+// Inspector, so an asynq upgrade that moves it fails a test.
+func (ns Keys) AsynqTask(queue, taskID string) string { return "asynq:{" + queue + "}:t:" + taskID }

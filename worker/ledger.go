@@ -1,0 +1,64 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// writeDeadLetter writes the ledger entry of a dead run, before asynq
+// archives it: the global index first (a member whose entry is missing is
+// dropped by readers), then, in one transaction in the subscriber's slot,
+// the run's outcome (slot release, attempt, counters), the entry, its
+// attempts made to live as long as it does, the subscriber's index, and the
+// task's removal from the waiting index. fields are the run's counters.
+func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields []string) error {
+	now := time.Now()
+	e := tasks.DeadLetter{TaskID: r.taskID, SubscriberID: r.sub, Reason: DeadUndecodable, Error: err.Error(), DeadAt: now}
+	var dl *deadLetter
+	if errors.As(err, &dl) {
+		e.Reason = dl.reason
+	}
+	if r.d != nil {
+		e.Event = &r.d.Event
+	} else {
+		e.Payload = string(r.payload)
+	}
+	b, _ := json.Marshal(e)
+	lk := h.keys.Ledger(r.taskID)
+	z := redis.Z{Score: float64(now.UnixMilli()), Member: r.taskID}
+	retention := h.cfg.DeadLetterRetention
+	if _, perr := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, h.keys.AllDeadIndex(), z)
+		if retention > 0 {
+			p.ZRemRangeByScore(ctx, h.keys.AllDeadIndex(), "-inf", strconv.FormatInt(now.Add(-retention).UnixMilli(), 10))
+		}
+		return nil
+	}); perr != nil {
+		return perr
+	}
+	_, perr := h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if r.sub != "" {
+			// First, so that the ledger's own ttl (below) is the one kept
+			// on the attempt list, not a retrying task's.
+			h.count(ctx, p, r, fields, nil)
+			h.gates.UnparkIn(ctx, p, r.keys, r.taskID)
+		}
+		p.Set(ctx, lk.Entry, b, retention)
+		if retention > 0 {
+			p.Expire(ctx, lk.Attempts, retention)
+			p.ZRemRangeByScore(ctx, lk.Index, "-inf", strconv.FormatInt(now.Add(-retention).UnixMilli(), 10))
+		} else {
+			p.Persist(ctx, lk.Attempts)
+		}
+		p.ZAdd(ctx, lk.Index, z)
+		return nil
+	})
+	return perr
+}
