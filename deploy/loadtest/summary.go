@@ -40,6 +40,9 @@ func (r *ScenarioReport) summary(w io.Writer) {
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "   FAIL %s\n", f)
 	}
+	for _, h := range r.Hiding {
+		fmt.Fprintf(w, "   UNPROVEN (could hide a broken invariant) %s\n", h)
+	}
 	fmt.Fprintf(w, "   published %d, delivered %d, dead %d, lost %d, duplicates %d\n", r.Published, r.Delivered, r.Dead, r.Lost, r.Duplicates)
 	pub := ""
 	if r.Redis.IncludesPublishing {
