@@ -102,16 +102,27 @@ type Arrival struct {
 }
 
 // EndpointStats counts what an endpoint did besides recording arrivals.
+// The counters that say the adversary acted (Throttled, RetryAfterSent,
+// Armed, Resets, Failed, Gone, UpAt) are what makes a zero elsewhere mean
+// something: "0 early" from an endpoint that never answered 429 proves
+// nothing.
 type EndpointStats struct {
-	Throttled   int    // 429s answered after the bucket ran dry
-	Early       int    // requests after the grace and before a Retry-After deadline: each starts a ban
-	Overlap     int    // requests within Grace of a 429 (in flight before the sender could know)
-	Bans        int    // bans started (equal to Early)
-	Banned      int    // requests answered 403 while banned
-	BadSig      int    // requests whose signature did not verify
-	Resets      int    // connections reset by a Flaky endpoint
-	Failed      int    // 5xx answered by a Flaky endpoint
-	RelistenErr string `json:",omitempty"` // a DownFor endpoint could not take its port back
+	Throttled      int // 429s answered after the bucket ran dry
+	RetryAfterSent int // 429s answered with a Retry-After header (Throttled and Overlap)
+	// Armed counts the Retry-After deadlines set while a ban was
+	// configured: each made coming back before it a ban.
+	Armed       int
+	BanFor      time.Duration // the ban an early caller gets (RateEnforcing only)
+	Early       int           // requests after the grace and before a Retry-After deadline: each starts a ban
+	Overlap     int           // requests within Grace of a 429 (in flight before the sender could know)
+	Bans        int           // bans started (equal to Early)
+	Banned      int           // requests answered 403 while banned
+	BadSig      int           // requests whose signature did not verify
+	Resets      int           // connections reset by a Flaky endpoint
+	Failed      int           // 5xx answered by a Flaky endpoint
+	Gone        int           // 410s answered by a Gone endpoint
+	UpAt        time.Time     `json:",omitzero"`  // when a DownFor endpoint started listening
+	RelistenErr string        `json:",omitempty"` // a DownFor endpoint could not take its port back
 }
 
 type endpoint struct {
@@ -164,6 +175,9 @@ func (r *Receiver) Add(e Endpoint) (string, error) {
 		return "", err
 	}
 	ep := &endpoint{spec: e, tokens: float64(e.Burst), refilled: time.Now(), rng: rand.New(rand.NewPCG(seed(e.ID), 1))}
+	if e.Kind == RateEnforcing {
+		ep.stats.BanFor = e.BanFor
+	}
 	for _, s := range e.Secrets {
 		wh, err := standardwebhooks.NewWebhook(s)
 		if err != nil {
@@ -240,6 +254,9 @@ func (r *Receiver) relisten(ep *endpoint) {
 		r.log.Error("endpoint could not come back up", "endpoint", ep.spec.ID, "err", err)
 		return
 	}
+	ep.mu.Lock()
+	ep.stats.UpAt = time.Now()
+	ep.mu.Unlock()
 	r.serve(ep, l)
 }
 
@@ -336,6 +353,9 @@ func (ep *endpoint) handle(w http.ResponseWriter, req *http.Request) {
 	if reset {
 		status = 0
 	}
+	if status == http.StatusTooManyRequests && retryAfter != "" {
+		ep.stats.RetryAfterSent++
+	}
 	ep.arrivals = append(ep.arrivals, Arrival{At: now, ID: req.Header.Get("webhook-id"), Status: status, SigOK: sigOK})
 	if !sigOK {
 		ep.stats.BadSig++
@@ -360,6 +380,7 @@ func (ep *endpoint) decide(now time.Time) (status int, retryAfter string, reset 
 	s := &ep.spec
 	switch s.Kind {
 	case Gone:
+		ep.stats.Gone++
 		return http.StatusGone, "", false
 	case Flaky:
 		x := ep.rng.Float64()
@@ -411,6 +432,9 @@ func (ep *endpoint) enforce(now time.Time) (int, string, bool) {
 		secs := int(math.Ceil(s.RetryAfter.Seconds()))
 		ep.deadline = now.Add(time.Duration(secs) * time.Second)
 		ep.retryAfter = strconv.Itoa(secs)
+	}
+	if s.BanFor > 0 && ep.deadline.After(now) {
+		ep.stats.Armed++
 	}
 	return http.StatusTooManyRequests, ep.retryAfter, false
 }

@@ -133,12 +133,18 @@ type SubReport struct {
 	// did not explain it.
 	NotExcusedBy []StallRef    `json:"not_excused_by,omitempty"`
 	Stats        EndpointStats `json:"receiver"`
-	Runs         int64         `json:"handler_runs"`
-	Latency      Latency       `json:"latency"`
-	DrainS       float64       `json:"drain_s"`     // first publish → last settle
-	MinDrainS    float64       `json:"min_drain_s"` // backlog ÷ capacity (plus planned downtime)
-	RatePerSec   []float64     `json:"rate_series"`
-	Backlog      []float64     `json:"backlog_series"`
+	// Worker is the worker's outcome counters for the subscriber (see
+	// worker.StatsKey) without the histograms: delivered, failed,
+	// deferred:<gate>, dead:<reason>, http:<status> per answer and
+	// http:error per request that got none (refused or reset). It is the
+	// sender's side of what the endpoint did.
+	Worker     map[string]int64 `json:"worker_counters,omitempty"`
+	Runs       int64            `json:"handler_runs"`
+	Latency    Latency          `json:"latency"`
+	DrainS     float64          `json:"drain_s"`     // first publish → last settle
+	MinDrainS  float64          `json:"min_drain_s"` // backlog ÷ capacity (plus planned downtime)
+	RatePerSec []float64        `json:"rate_series"`
+	Backlog    []float64        `json:"backlog_series"`
 }
 
 // LatencyCompare is a fast subscriber's latency with and without the bad
@@ -172,7 +178,7 @@ func (e *env) collect(ctx context.Context, r *ScenarioReport, queue string, subs
 			Rate: float64(s.Limit.Rate) / s.Limit.Period.Seconds(), Burst: s.Limit.Burst, MaxInFlight: s.MaxInFlight,
 			Capacity: s.capacity(), Published: len(o.published), Delivered: len(o.delivered), Dead: len(o.dead),
 			Lost: o.lost(), Duplicates: o.duplicates, Requests: len(o.requests), Stats: e.recv.Stats(s.ID),
-			Latency: latencyOf(o.latencies), Runs: runsOf(counters), DeadReasons: deadReasons(counters)}
+			Latency: latencyOf(o.latencies), Runs: runsOf(counters), DeadReasons: deadReasons(counters), Worker: outcomeCounters(counters)}
 		r.judge(sr, o.requests, e.stalls, e.cfg.Slack)
 		sr.RatePerSec, sr.Backlog = o.series(start, seconds)
 		downUntil := int(s.Endpoint.DownFor.Seconds()) + 1
@@ -300,6 +306,19 @@ func runsOf(c map[string]int64) int64 {
 		}
 	}
 	return n
+}
+
+// outcomeCounters is c without the latency histograms.
+func outcomeCounters(c map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range c {
+		switch {
+		case k == "delivered", k == "failed", k == "infra_error",
+			strings.HasPrefix(k, "deferred:"), strings.HasPrefix(k, "dead:"), strings.HasPrefix(k, "http:"):
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func deadReasons(c map[string]int64) map[string]int64 {
