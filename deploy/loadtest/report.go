@@ -141,6 +141,7 @@ type SubReport struct {
 	Worker     map[string]int64 `json:"worker_counters,omitempty"`
 	Runs       int64            `json:"handler_runs"`
 	Latency    Latency          `json:"latency"`
+	FirstPub   time.Time        `json:"first_publish,omitzero"`
 	DrainS     float64          `json:"drain_s"`     // first publish → last settle
 	MinDrainS  float64          `json:"min_drain_s"` // backlog ÷ capacity (plus planned downtime)
 	RatePerSec []float64        `json:"rate_series"`
@@ -187,7 +188,7 @@ func (e *env) collect(ctx context.Context, r *ScenarioReport, queue string, subs
 			// Dead-letter times have whole seconds (asynq's LastFailedAt).
 			sr.DrainS = max(0, o.lastSettle.Sub(o.firstPub).Seconds())
 		}
-		sr.MinDrainS = s.minDrain(sr.Published)
+		sr.MinDrainS, sr.FirstPub = s.minDrain(sr.Published), o.firstPub
 		if o.lastSettle.After(lastSettle) {
 			lastSettle = o.lastSettle
 		}
