@@ -56,8 +56,9 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		t.Fatalf("%d scenario reports, want 3", len(rep.Scenarios))
 	}
 	for _, r := range rep.Scenarios {
-		// A limit violation excused by a stall, or a publish whose fate the
-		// ledger does not know, could be a broken invariant: fail.
+		// A limit violation excused by a stall, an idle adversary, a
+		// publish whose fate the ledger does not know: each could be a
+		// broken invariant. Fail.
 		for _, h := range r.Hiding {
 			t.Errorf("%s: invalid in a way that could hide a broken invariant: %s", r.Name, h)
 		}

@@ -181,6 +181,9 @@ func (e *env) collect(ctx context.Context, r *ScenarioReport, queue string, subs
 			Lost: o.lost(), Duplicates: o.duplicates, Requests: len(o.requests), Stats: e.recv.Stats(s.ID),
 			Latency: latencyOf(o.latencies), Runs: runsOf(counters), DeadReasons: deadReasons(counters), Worker: outcomeCounters(counters)}
 		r.judge(sr, o.requests, e.stalls, e.cfg.Slack)
+		for _, m := range idle(s, sr) {
+			r.invalid(true, "%s: %s", s.ID, m)
+		}
 		sr.RatePerSec, sr.Backlog = o.series(start, seconds)
 		downUntil := int(s.Endpoint.DownFor.Seconds()) + 1
 		sr.SteadyRate = steadyRate(sr.RatePerSec, sr.Backlog, min(sr.Rate, sr.Capacity), downUntil)
