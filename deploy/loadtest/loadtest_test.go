@@ -56,15 +56,18 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		t.Fatalf("%d scenario reports, want 3", len(rep.Scenarios))
 	}
 	for _, r := range rep.Scenarios {
-		// A limit violation excused by a stall, an idle adversary, a
-		// publish whose fate the ledger does not know: each could be a
-		// broken invariant. Fail.
+		// A limit violation excused by a stall, a stall across a
+		// Retry-After deadline, an idle adversary, a publish whose fate the
+		// ledger does not know: each could be a broken invariant. Fail.
 		for _, h := range r.Hiding {
 			t.Errorf("%s: invalid in a way that could hide a broken invariant: %s", r.Name, h)
 		}
 		for _, s := range r.Subscribers {
 			if len(s.Excuses) > 0 || s.StallExcluded > 0 {
 				t.Errorf("%s/%s: %d requests left out of the limit check for stalls %+v", r.Name, s.ID, s.StallExcluded, s.Excuses)
+			}
+			if len(s.Blurred) > 0 {
+				t.Errorf("%s/%s: Retry-After deadlines straddled by a stall %+v", r.Name, s.ID, s.Blurred)
 			}
 		}
 		if !r.Valid && len(r.Hiding) == 0 {

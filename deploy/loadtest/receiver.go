@@ -137,9 +137,10 @@ type endpoint struct {
 	rng         *rand.Rand
 	tokens      float64
 	refilled    time.Time
-	deadline    time.Time // current Retry-After deadline
-	throttledAt time.Time // when the 429 that set deadline was answered
-	retryAfter  string    // header value of that 429
+	deadline    time.Time   // current Retry-After deadline
+	throttledAt time.Time   // when the 429 that set deadline was answered
+	retryAfter  string      // header value of that 429
+	deadlines   []time.Time // every deadline set, one per Throttled
 	banUntil    time.Time
 	arrivals    []Arrival
 	stats       EndpointStats
@@ -300,6 +301,17 @@ func (r *Receiver) Arrivals(id string) []Arrival {
 	return append([]Arrival(nil), ep.arrivals...)
 }
 
+// Deadlines returns the Retry-After deadlines the endpoint set, in order.
+func (r *Receiver) Deadlines(id string) []time.Time {
+	ep := r.get(id)
+	if ep == nil {
+		return nil
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return append([]time.Time(nil), ep.deadlines...)
+}
+
 // Count is the number of arrivals so far, cheaply.
 func (r *Receiver) Count(id string) int {
 	ep := r.get(id)
@@ -436,6 +448,7 @@ func (ep *endpoint) enforce(now time.Time) (int, string, bool) {
 	if s.BanFor > 0 && ep.deadline.After(now) {
 		ep.stats.Armed++
 	}
+	ep.deadlines = append(ep.deadlines, ep.deadline)
 	return http.StatusTooManyRequests, ep.retryAfter, false
 }
 

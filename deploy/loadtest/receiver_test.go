@@ -78,6 +78,9 @@ func TestRateEnforcingBansWhoComesBackEarly(t *testing.T) {
 		st.RetryAfterSent != 1 || st.Armed != 1 || st.BanFor != time.Minute {
 		t.Fatalf("stats %+v", st)
 	}
+	if d := r.Deadlines("p"); len(d) != 1 || d[0].Sub(r.Arrivals("p")[2].At) != 2*time.Second {
+		t.Fatalf("deadlines %v, want the third arrival + 2s", d)
+	}
 	if n := len(r.Arrivals("p")); n != 5 {
 		t.Fatalf("%d arrivals, want 5", n)
 	}

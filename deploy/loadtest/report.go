@@ -131,8 +131,11 @@ type SubReport struct {
 	StallExcluded int      `json:"stall_excluded,omitempty"`
 	// NotExcusedBy are the stalls that overlapped an exceeded Worst but
 	// did not explain it.
-	NotExcusedBy []StallRef    `json:"not_excused_by,omitempty"`
-	Stats        EndpointStats `json:"receiver"`
+	NotExcusedBy []StallRef `json:"not_excused_by,omitempty"`
+	// Blurred are the Retry-After deadlines a stall straddled: an early
+	// request there could have been stamped late enough to pass.
+	Blurred []Blur        `json:"blurred_deadlines,omitempty"`
+	Stats   EndpointStats `json:"receiver"`
 	// Worker is the worker's outcome counters for the subscriber (see
 	// worker.StatsKey) without the histograms: delivered, failed,
 	// deferred:<gate>, dead:<reason>, http:<status> per answer and
@@ -181,6 +184,7 @@ func (e *env) collect(ctx context.Context, r *ScenarioReport, queue string, subs
 			Lost: o.lost(), Duplicates: o.duplicates, Requests: len(o.requests), Stats: e.recv.Stats(s.ID),
 			Latency: latencyOf(o.latencies), Runs: runsOf(counters), DeadReasons: deadReasons(counters), Worker: outcomeCounters(counters)}
 		r.judge(sr, o.requests, e.stalls, e.cfg.Slack)
+		r.judgeEarly(sr, e.recv.Deadlines(s.ID), o.requests, e.stalls)
 		for _, m := range idle(s, sr) {
 			r.invalid(true, "%s: %s", s.ID, m)
 		}
@@ -225,6 +229,16 @@ func (r *ScenarioReport) judge(sr *SubReport, requests []time.Time, stalls []sta
 		r.invalid(true, "%s: %d requests in %.3fs at %s (limit allows %.1f) excused by the stall at %s (timer %.0fms late): without the %d requests the receiver timestamped during it, that stretch holds %d ≤ %.1f",
 			sr.ID, x.Window.Count, x.Window.Span, clock(x.Window.From), x.Window.Allowed, clock(x.Stall.At), x.Stall.LagMs,
 			x.Dropped, x.Without.Count, x.Without.Allowed)
+	}
+}
+
+// judgeEarly records the deadlines at which a stall may have hidden an
+// early request (see Blur): "0 early" is unproven there.
+func (r *ScenarioReport) judgeEarly(sr *SubReport, deadlines, requests []time.Time, stalls []stall) {
+	sr.Blurred = blurredDeadlines(deadlines, requests, stalls)
+	for _, b := range sr.Blurred {
+		r.invalid(true, "%s: the stall at %s (timer %.0fms late) began before the Retry-After deadline %s and %d requests were stamped after it during the stall: they may have come early unseen",
+			sr.ID, clock(b.Stall.At), b.Stall.LagMs, clock(b.Deadline), b.Requests)
 	}
 }
 
