@@ -226,7 +226,7 @@ func (r *ScenarioReport) judge(sr *SubReport, requests []time.Time, stalls []sta
 	v := judgeLimit(requests, sr.Rate, sr.Burst, slack, stalls)
 	sr.Worst, sr.Excuses, sr.StallExcluded, sr.NotExcusedBy = v.Worst, v.Excuses, v.Dropped, v.Tried
 	for _, x := range v.Excuses {
-		r.invalid(true, "%s: %d requests in %.3fs at %s (limit allows %.1f) excused by the stall at %s (timer %.0fms late): without the %d requests the receiver timestamped during it, that stretch holds %d ≤ %.1f",
+		r.invalid(true, "%s: %d requests in %.3fs at %s (limit allows %.1f) excused by the stall at %s (timer %.0fms late): without the %d requests the receiver timestamped during it, that window holds %d ≤ %.1f",
 			sr.ID, x.Window.Count, x.Window.Span, clock(x.Window.From), x.Window.Allowed, clock(x.Stall.At), x.Stall.LagMs,
 			x.Dropped, x.Without.Count, x.Without.Allowed)
 	}
