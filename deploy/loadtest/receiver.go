@@ -365,8 +365,12 @@ func (ep *endpoint) handle(w http.ResponseWriter, req *http.Request) {
 	if reset {
 		status = 0
 	}
-	if status == http.StatusTooManyRequests && retryAfter != "" {
+	// Counted by what is answered, not by why: these prove the adversary acted.
+	switch {
+	case status == http.StatusTooManyRequests && retryAfter != "":
 		ep.stats.RetryAfterSent++
+	case status == http.StatusGone:
+		ep.stats.Gone++
 	}
 	ep.arrivals = append(ep.arrivals, Arrival{At: now, ID: req.Header.Get("webhook-id"), Status: status, SigOK: sigOK})
 	if !sigOK {
@@ -392,7 +396,6 @@ func (ep *endpoint) decide(now time.Time) (status int, retryAfter string, reset 
 	s := &ep.spec
 	switch s.Kind {
 	case Gone:
-		ep.stats.Gone++
 		return http.StatusGone, "", false
 	case Flaky:
 		x := ep.rng.Float64()
