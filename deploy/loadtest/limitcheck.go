@@ -76,14 +76,16 @@ func within(at []time.Time, from, to time.Time) []time.Time {
 }
 
 // Excuse is a limit violation that one measured stall explains: Window
-// broke the limit, Stall overlaps it, and without the Dropped arrivals the
-// receiver timestamped during that stall the same window keeps the limit
-// (Without is it then: same span and allowance, fewer requests).
+// broke the limit by no more than the stall could bunch (Bunchable), Stall
+// overlaps it, and without the Dropped arrivals the receiver timestamped
+// during that stall the same window keeps the limit (Without is it then:
+// same span and allowance, fewer requests).
 type Excuse struct {
-	Window  Window   `json:"window"`
-	Stall   StallRef `json:"stall"`
-	Dropped int      `json:"dropped"`
-	Without Window   `json:"without"`
+	Window    Window   `json:"window"`
+	Stall     StallRef `json:"stall"`
+	Bunchable float64  `json:"bunchable"`
+	Dropped   int      `json:"dropped"`
+	Without   Window   `json:"without"`
 }
 
 // limitVerdict is a subscriber's arrivals judged against its limit.
@@ -101,14 +103,23 @@ type limitVerdict struct {
 
 // judgeLimit checks at (sorted) against burst + rate·(t + slack). The
 // worst window, if it exceeds, is excused only by one stall from stalls
-// that (1) overlaps the window and (2) explains it: with exactly the
-// arrivals the receiver timestamped during that stall dropped, the window
-// holds no more than it allows. Each stall excuses at most one window, the
-// earliest that qualifies is taken, and after each excuse the whole
-// series, without that stall's arrivals, is judged again: any violation
-// left, inside the excused window or elsewhere, needs a stall of its own.
-// A window that overlaps no stall, or that still exceeds without any
-// single stall's arrivals, is a violation.
+// that
+//
+//  1. overlaps the window,
+//  2. explains it: with exactly the arrivals the receiver timestamped
+//     during that stall dropped, the window holds no more than it allows,
+//  3. and is long enough to: the window exceeds its allowance by at most
+//     rate·lag. A sender that kept the limit, stamped up to lag late,
+//     can look that much over it and no more (its requests stamped in
+//     [a, b] arrived in [a − lag, b], which allows burst + rate·(b − a +
+//     lag + slack)). Without this a 1ms stall, whose 50ms settle holds a
+//     few requests, could excuse a limiter that let through twice its
+//     rate.
+//
+// Each stall excuses at most one window, the earliest that qualifies is
+// taken, and after each excuse the whole series, without that stall's
+// arrivals, is judged again: any violation left, inside the excused window
+// or elsewhere, needs a stall of its own. Any other violation stands.
 func judgeLimit(at []time.Time, rate float64, burst int, slack time.Duration, stalls []stall) limitVerdict {
 	var v limitVerdict
 	used := make([]bool, len(stalls))
@@ -126,12 +137,13 @@ func judgeLimit(at []time.Time, rate float64, burst int, slack time.Duration, st
 			without := v.Worst
 			without.Count = len(within(rest, without.From, without.To))
 			without.Exceeded = float64(without.Count) > without.Allowed+1e-9
-			if dropped == 0 || without.Exceeded {
+			bunchable := rate * s.lag.Seconds()
+			if dropped == 0 || without.Exceeded || float64(v.Worst.Count) > v.Worst.Allowed+bunchable+1e-9 {
 				v.Tried = append(v.Tried, s.ref())
 				continue
 			}
 			used[i], excused = true, true
-			v.Excuses = append(v.Excuses, Excuse{Window: v.Worst, Stall: s.ref(), Dropped: dropped, Without: without})
+			v.Excuses = append(v.Excuses, Excuse{Window: v.Worst, Stall: s.ref(), Dropped: dropped, Without: without, Bunchable: bunchable})
 			v.Dropped += dropped
 			at = rest
 			break

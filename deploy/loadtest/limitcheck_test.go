@@ -85,6 +85,12 @@ func TestJudgeLimit(t *testing.T) {
 			stalls: []stall{stallAt(1.02, 0.015)}, exceeded: true, tried: 1,
 		},
 		{
+			// The stall's span holds the whole burst, but a 20ms stall can
+			// bunch at most 0.2 requests of a 10/s sender, not 5.
+			name: "stall too short for the excess", at: join(steady(0, 0.1, 10), rep(1.0, 8), steady(1.1, 0.1, 5)),
+			stalls: []stall{stallAt(1.0, 0.02)}, exceeded: true, tried: 1,
+		},
+		{
 			// 20/s for two seconds: the limiter let through twice its rate.
 			// Six 25ms stalls inside drop a request or two each; no single
 			// one explains the window. (The old rule dropped every stall's
@@ -113,8 +119,9 @@ func TestJudgeLimit(t *testing.T) {
 					v.Worst, len(v.Excuses), v.Excuses, v.Dropped, len(v.Tried), tc.exceeded, tc.excuses, tc.dropped, tc.tried)
 			}
 			for _, x := range v.Excuses {
-				// An excuse names a violation and a stall that overlaps it.
-				if !x.Window.Exceeded || x.Without.Exceeded || x.Dropped == 0 {
+				// An excuse names a violation, no larger than its stall could
+				// bunch, and a stall that overlaps it.
+				if !x.Window.Exceeded || x.Without.Exceeded || x.Dropped == 0 || float64(x.Window.Count) > x.Window.Allowed+x.Bunchable {
 					t.Fatalf("excuse %+v", x)
 				}
 				from, to := x.Stall.At.Add(-time.Duration(x.Stall.LagMs*float64(time.Millisecond))), x.Stall.At.Add(stallSettle)
