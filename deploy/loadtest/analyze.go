@@ -8,13 +8,15 @@ import (
 )
 
 // Window is the busiest stretch of a subscriber's requests measured against
-// its limit: Count requests arrived within Span, where the limit allows
-// Allowed = Burst + Rate·(Span + slack).
+// its limit: Count requests arrived within Span, from From to To, where
+// the limit allows Allowed = Burst + Rate·(Span + slack).
 type Window struct {
-	Count    int     `json:"count"`
-	Span     float64 `json:"span_s"`
-	Allowed  float64 `json:"allowed"`
-	Exceeded bool    `json:"exceeded"`
+	Count    int       `json:"count"`
+	Span     float64   `json:"span_s"`
+	Allowed  float64   `json:"allowed"`
+	Exceeded bool      `json:"exceeded"`
+	From     time.Time `json:"from,omitzero"`
+	To       time.Time `json:"to,omitzero"`
 }
 
 // worstWindow finds the window of arrivals (sorted by time) that comes
@@ -40,33 +42,9 @@ func worstWindow(at []time.Time, rate float64, burst int, slack time.Duration) W
 		}
 	}
 	span := at[bj].Sub(at[bi]).Seconds()
-	w := Window{Count: bj - bi + 1, Span: span, Allowed: float64(burst) + rate*(span+slack.Seconds())}
+	w := Window{Count: bj - bi + 1, Span: span, Allowed: float64(burst) + rate*(span+slack.Seconds()), From: at[bi], To: at[bj]}
 	w.Exceeded = float64(w.Count) > w.Allowed+1e-9
 	return w
-}
-
-// withoutStalls drops the arrivals timestamped while this process stalled
-// or just after (within settle): they were bunched by the receiver, not by
-// the sender, and say nothing about the sender's pace. It returns the
-// rest and how many it dropped.
-func withoutStalls(at []time.Time, stalls []stall, settle time.Duration) ([]time.Time, int) {
-	if len(stalls) == 0 {
-		return at, 0
-	}
-	out := make([]time.Time, 0, len(at))
-	for _, t := range at {
-		hit := false
-		for _, s := range stalls {
-			if !t.Before(s.at.Add(-s.lag)) && t.Before(s.at.Add(settle)) {
-				hit = true
-				break
-			}
-		}
-		if !hit {
-			out = append(out, t)
-		}
-	}
-	return out, len(at) - len(out)
 }
 
 // percentile of sorted durations, in milliseconds.

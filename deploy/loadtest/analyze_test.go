@@ -57,10 +57,17 @@ func TestInvariantsFailTheScenario(t *testing.T) {
 	if !r.Valid {
 		t.Fatalf("invalid: %v", r.InvalidReasons)
 	}
-	late := &ScenarioReport{Generator: GenStats{Planned: 100, Late: 2}, ProbeP99Ms: 150}
+	// A slow generator or receiver leaves every invariant checked; a
+	// failed publish hides whether its events were lost.
+	late := &ScenarioReport{Generator: GenStats{Planned: 100, Late: 2}, ProbeP99Ms: 150, ProbeMaxMs: 300}
 	late.finish(100)
-	if late.Valid || len(late.InvalidReasons) != 2 || !late.Passed {
-		t.Fatalf("valid %v (%v), passed %v", late.Valid, late.InvalidReasons, late.Passed)
+	if late.Valid || len(late.InvalidReasons) != 3 || !late.Passed || len(late.Hiding) != 0 {
+		t.Fatalf("valid %v (%v), passed %v, hiding %v", late.Valid, late.InvalidReasons, late.Passed, late.Hiding)
+	}
+	failed := &ScenarioReport{Generator: GenStats{Planned: 100, Failed: 1}}
+	failed.finish(100)
+	if failed.Valid || len(failed.Hiding) != 1 || !strings.Contains(failed.Hiding[0], "1 publishes failed") {
+		t.Fatalf("valid %v, hiding %q", failed.Valid, failed.Hiding)
 	}
 }
 
@@ -143,33 +150,5 @@ func TestCommandRejectsBadFlags(t *testing.T) {
 	}
 	if err := Command(context.Background(), []string{"-external-workers"}, "", &out, &errs); err == nil {
 		t.Fatal("external workers without a Redis URL accepted")
-	}
-}
-
-func TestStallBunchingIsNotReadAsAViolation(t *testing.T) {
-	t.Parallel()
-	// 10/s burst 3, steady; then a stall of 500ms at 2.0s after which the
-	// receiver timestamps five queued requests at once.
-	var off []float64
-	for i := range 20 {
-		off = append(off, float64(i)*0.1)
-	}
-	for range 5 {
-		off = append(off, 2.0005)
-	}
-	at := times(off...)
-	st := []stall{{at: at[0].Add(2 * time.Second), lag: 500 * time.Millisecond}}
-	if w := worstWindow(at, 10, 3, 0); !w.Exceeded {
-		t.Fatalf("raw window %+v should look exceeded", w)
-	}
-	clean, dropped := withoutStalls(at, st, 200*time.Millisecond)
-	if w := worstWindow(clean, 10, 3, 0); w.Exceeded || dropped != 10 {
-		t.Fatalf("clean window %+v, dropped %d (want the 5 bunched and the 5 in the stall)", w, dropped)
-	}
-	// A real burst away from the stall still counts.
-	real := append(times(0, 0, 0, 0, 0), at[5:]...)
-	clean, _ = withoutStalls(real, st, 200*time.Millisecond)
-	if w := worstWindow(clean, 10, 3, 0); !w.Exceeded {
-		t.Fatalf("a real violation was hidden: %+v", w)
 	}
 }

@@ -13,5 +13,6 @@
 //
 // All traffic stays on 127.0.0.1, every loop is bounded in count and time,
 // and a run stops by itself. `hooklane bench` runs it; the integration test
-// runs a small version and asserts its invariants only.
+// runs a small version and asserts its invariants, that nothing could have
+// hidden one (ScenarioReport.Hiding), and that the adversary acted.
 package loadtest

@@ -102,16 +102,27 @@ type Arrival struct {
 }
 
 // EndpointStats counts what an endpoint did besides recording arrivals.
+// The counters that say the adversary acted (Throttled, RetryAfterSent,
+// Armed, Resets, Failed, Gone, UpAt) are what makes a zero elsewhere mean
+// something: "0 early" from an endpoint that never answered 429 proves
+// nothing.
 type EndpointStats struct {
-	Throttled   int    // 429s answered after the bucket ran dry
-	Early       int    // requests after the grace and before a Retry-After deadline: each starts a ban
-	Overlap     int    // requests within Grace of a 429 (in flight before the sender could know)
-	Bans        int    // bans started (equal to Early)
-	Banned      int    // requests answered 403 while banned
-	BadSig      int    // requests whose signature did not verify
-	Resets      int    // connections reset by a Flaky endpoint
-	Failed      int    // 5xx answered by a Flaky endpoint
-	RelistenErr string `json:",omitempty"` // a DownFor endpoint could not take its port back
+	Throttled      int // 429s answered after the bucket ran dry
+	RetryAfterSent int // 429s answered with a Retry-After header (Throttled and Overlap)
+	// Armed counts the Retry-After deadlines set while a ban was
+	// configured: each made coming back before it a ban.
+	Armed       int
+	BanFor      time.Duration // the ban an early caller gets (RateEnforcing only)
+	Early       int           // requests after the grace and before a Retry-After deadline: each starts a ban
+	Overlap     int           // requests within Grace of a 429 (in flight before the sender could know)
+	Bans        int           // bans started (equal to Early)
+	Banned      int           // requests answered 403 while banned
+	BadSig      int           // requests whose signature did not verify
+	Resets      int           // connections reset by a Flaky endpoint
+	Failed      int           // 5xx answered by a Flaky endpoint
+	Gone        int           // 410s answered by a Gone endpoint
+	UpAt        time.Time     `json:",omitzero"`  // when a DownFor endpoint started listening
+	RelistenErr string        `json:",omitempty"` // a DownFor endpoint could not take its port back
 }
 
 type endpoint struct {
@@ -126,9 +137,10 @@ type endpoint struct {
 	rng         *rand.Rand
 	tokens      float64
 	refilled    time.Time
-	deadline    time.Time // current Retry-After deadline
-	throttledAt time.Time // when the 429 that set deadline was answered
-	retryAfter  string    // header value of that 429
+	deadline    time.Time   // current Retry-After deadline
+	throttledAt time.Time   // when the 429 that set deadline was answered
+	retryAfter  string      // header value of that 429
+	deadlines   []time.Time // every deadline set, one per Throttled
 	banUntil    time.Time
 	arrivals    []Arrival
 	stats       EndpointStats
@@ -164,6 +176,9 @@ func (r *Receiver) Add(e Endpoint) (string, error) {
 		return "", err
 	}
 	ep := &endpoint{spec: e, tokens: float64(e.Burst), refilled: time.Now(), rng: rand.New(rand.NewPCG(seed(e.ID), 1))}
+	if e.Kind == RateEnforcing {
+		ep.stats.BanFor = e.BanFor
+	}
 	for _, s := range e.Secrets {
 		wh, err := standardwebhooks.NewWebhook(s)
 		if err != nil {
@@ -240,6 +255,9 @@ func (r *Receiver) relisten(ep *endpoint) {
 		r.log.Error("endpoint could not come back up", "endpoint", ep.spec.ID, "err", err)
 		return
 	}
+	ep.mu.Lock()
+	ep.stats.UpAt = time.Now()
+	ep.mu.Unlock()
 	r.serve(ep, l)
 }
 
@@ -281,6 +299,17 @@ func (r *Receiver) Arrivals(id string) []Arrival {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	return append([]Arrival(nil), ep.arrivals...)
+}
+
+// Deadlines returns the Retry-After deadlines the endpoint set, in order.
+func (r *Receiver) Deadlines(id string) []time.Time {
+	ep := r.get(id)
+	if ep == nil {
+		return nil
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return append([]time.Time(nil), ep.deadlines...)
 }
 
 // Count is the number of arrivals so far, cheaply.
@@ -335,6 +364,13 @@ func (ep *endpoint) handle(w http.ResponseWriter, req *http.Request) {
 	status, retryAfter, reset := ep.decide(now)
 	if reset {
 		status = 0
+	}
+	// Counted by what is answered, not by why: these prove the adversary acted.
+	switch {
+	case status == http.StatusTooManyRequests && retryAfter != "":
+		ep.stats.RetryAfterSent++
+	case status == http.StatusGone:
+		ep.stats.Gone++
 	}
 	ep.arrivals = append(ep.arrivals, Arrival{At: now, ID: req.Header.Get("webhook-id"), Status: status, SigOK: sigOK})
 	if !sigOK {
@@ -412,6 +448,10 @@ func (ep *endpoint) enforce(now time.Time) (int, string, bool) {
 		ep.deadline = now.Add(time.Duration(secs) * time.Second)
 		ep.retryAfter = strconv.Itoa(secs)
 	}
+	if s.BanFor > 0 && ep.deadline.After(now) {
+		ep.stats.Armed++
+	}
+	ep.deadlines = append(ep.deadlines, ep.deadline)
 	return http.StatusTooManyRequests, ep.retryAfter, false
 }
 

@@ -74,8 +74,12 @@ func TestRateEnforcingBansWhoComesBackEarly(t *testing.T) {
 		t.Fatalf("request while banned: %d, want 403", code)
 	}
 	st := r.Stats("p")
-	if st.Throttled != 1 || st.Early != 1 || st.Bans != 1 || st.Banned != 1 || st.Overlap != 0 {
+	if st.Throttled != 1 || st.Early != 1 || st.Bans != 1 || st.Banned != 1 || st.Overlap != 0 ||
+		st.RetryAfterSent != 1 || st.Armed != 1 || st.BanFor != time.Minute {
 		t.Fatalf("stats %+v", st)
+	}
+	if d := r.Deadlines("p"); len(d) != 1 || d[0].Sub(r.Arrivals("p")[2].At) != 2*time.Second {
+		t.Fatalf("deadlines %v, want the third arrival + 2s", d)
 	}
 	if n := len(r.Arrivals("p")); n != 5 {
 		t.Fatalf("%d arrivals, want 5", n)
@@ -92,7 +96,8 @@ func TestRateEnforcingForgivesInFlightOverlap(t *testing.T) {
 	if code, _ := mustSend(t, u[0], "c"); code != 429 {
 		t.Fatalf("request within grace: %d, want 429", code)
 	}
-	if st := r.Stats("p"); st.Overlap != 1 || st.Bans != 0 {
+	// Both 429s carried Retry-After; only the first set a deadline.
+	if st := r.Stats("p"); st.Overlap != 1 || st.Bans != 0 || st.RetryAfterSent != 2 || st.Armed != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -127,10 +132,16 @@ func TestDownRefusesThenRecovers(t *testing.T) {
 			t.Fatalf("%s: %v, want connection refused", url, err)
 		}
 	}
+	if up := r.Stats("crm").UpAt; !up.IsZero() {
+		t.Fatalf("up at %v while refusing", up)
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		code, _, err := send(t, u[0], "e")
 		if err == nil && code == 200 {
+			if up := r.Stats("crm").UpAt; up.IsZero() || up.After(r.Arrivals("crm")[0].At) {
+				t.Fatalf("up at %v, first arrival %v", up, r.Arrivals("crm")[0].At)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
@@ -154,8 +165,8 @@ func TestSlowGoneFlaky(t *testing.T) {
 	if code, _ := mustSend(t, u[0], "e"); code != 200 || time.Since(start) < 100*time.Millisecond {
 		t.Fatalf("slow: %d after %v", code, time.Since(start))
 	}
-	if code, _ := mustSend(t, u[1], "e"); code != http.StatusGone {
-		t.Fatalf("gone: %d", code)
+	if code, _ := mustSend(t, u[1], "e"); code != http.StatusGone || r.Stats("gone").Gone != 1 {
+		t.Fatalf("gone: %d, stats %+v", code, r.Stats("gone"))
 	}
 	var ok, fail, reset int
 	for range 200 {

@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -113,6 +114,15 @@ type ViralSpec struct {
 	// Extras adds a flaky subscriber (20% 5xx, 5% resets) and a gone one
 	// (410, with a 5s retry horizon so its held events dead-letter soon).
 	Extras bool
+	// EnforceRate and EnforceBurst scale the rate-enforcing endpoints' own
+	// buckets against the limits their subscribers are registered with
+	// (0 means 1: the same). At the same rate and burst a 429 needs a
+	// request to land a few ms early, so a run may draw none and its
+	// "0 early" proves nothing. A slower rate with a deeper burst (the
+	// test's 0.8 and 2) makes a 429 certain a second or two into a
+	// backlog, and another after each cooldown, while the drain stays
+	// close to the registered rate.
+	EnforceRate, EnforceBurst float64
 }
 
 func (e *env) viralSpec() ViralSpec {
@@ -129,15 +139,22 @@ func (e *env) viralSpec() ViralSpec {
 // customer CRM that refuses connections for a while and then recovers.
 func viralSubs(v ViralSpec) []subSpec {
 	trending := []string{"video.trending"}
+	rate, burst := cmp.Or(v.EnforceRate, 1), cmp.Or(v.EnforceBurst, 1)
+	enforce := func(l limits.Limit) (float64, int) {
+		return rate * float64(l.Rate) / l.Period.Seconds(), int(math.Ceil(burst * float64(l.Burst)))
+	}
+	relay, partner := limits.Limit{Rate: 20, Burst: 5, Period: time.Second}, limits.Limit{Rate: 50, Burst: 10, Period: time.Second}
+	relayRate, relayBurst := enforce(relay)
+	partnerRate, partnerBurst := enforce(partner)
 	subs := []subSpec{
 		{ID: "viral-dashboard", Role: "fast dashboard", Fast: true, EventTypes: trending,
 			Endpoint: Endpoint{Kind: Fast}, Limit: limits.Limit{Rate: 1000, Burst: 200, Period: time.Second}, MaxInFlight: 20},
 		{ID: "viral-relay", Role: "Slack-like relay", EventTypes: trending,
-			Endpoint: Endpoint{Kind: RateEnforcing, Rate: 20, Burst: 5, RetryAfter: time.Second},
-			Limit:    limits.Limit{Rate: 20, Burst: 5, Period: time.Second}, MaxInFlight: 2},
+			Endpoint: Endpoint{Kind: RateEnforcing, Rate: relayRate, Burst: relayBurst, RetryAfter: time.Second},
+			Limit:    relay, MaxInFlight: 2},
 		{ID: "viral-partner", Role: "rate-enforcing partner", EventTypes: trending,
-			Endpoint: Endpoint{Kind: RateEnforcing, Rate: 50, Burst: 10, RetryAfter: 2 * time.Second, HTTPDate: true, BanFor: time.Minute},
-			Limit:    limits.Limit{Rate: 50, Burst: 10, Period: time.Second}, MaxInFlight: 4},
+			Endpoint: Endpoint{Kind: RateEnforcing, Rate: partnerRate, Burst: partnerBurst, RetryAfter: 2 * time.Second, HTTPDate: true, BanFor: time.Minute},
+			Limit:    partner, MaxInFlight: 4},
 		{ID: "viral-analytics", Role: "slow analytics sink", EventTypes: trending,
 			Endpoint: Endpoint{Kind: Slow, Delay: v.SlowDelay}, Limit: limits.Limit{Rate: 100, Burst: 20, Period: time.Second}, MaxInFlight: 8},
 		{ID: "viral-crm", Role: "customer CRM, down then up", EventTypes: trending,

@@ -121,6 +121,12 @@ func (e *env) runSpike(ctx context.Context, r *ScenarioReport) error {
 				st.FastPre, st.CappedPre = fast.latencyWhere(at(st.StartS), at(st.SpikeS)), capped.latencyWhere(at(st.StartS), at(st.SpikeS))
 				st.FastHold = fast.latencyWhere(at(st.SpikeS), at(st.RecoverS))
 				st.FastPost, st.CappedPost = fast.latencyWhere(post, at(st.EndS)), capped.latencyWhere(post, at(st.EndS))
+				// A spike that never pushed the capped subscriber past its
+				// limit (a generator far behind) tested nothing about it.
+				if over := st.ExpectedBacklog - float64(subs[0].Limit.Burst); over > 0 && st.PeakBacklog < over/2 {
+					r.invalid(true, "step %d×: the capped backlog peaked at %.0f, under half the %.0f the spike should leave beyond the burst: its limit was not pushed",
+						st.Multiplier, st.PeakBacklog, over)
+				}
 				if !st.Recovered {
 					r.Failures = append(r.Failures, fmt.Sprintf("step %d×: the capped backlog did not drain within the recovery stage", st.Multiplier))
 				}

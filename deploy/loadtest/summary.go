@@ -3,6 +3,7 @@ package loadtest
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,6 +41,9 @@ func (r *ScenarioReport) summary(w io.Writer) {
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "   FAIL %s\n", f)
 	}
+	for _, h := range r.Hiding {
+		fmt.Fprintf(w, "   UNPROVEN (could hide a broken invariant) %s\n", h)
+	}
 	fmt.Fprintf(w, "   published %d, delivered %d, dead %d, lost %d, duplicates %d\n", r.Published, r.Delivered, r.Dead, r.Lost, r.Duplicates)
 	pub := ""
 	if r.Redis.IncludesPublishing {
@@ -69,10 +73,7 @@ func (r *ScenarioReport) summary(w io.Writer) {
 		if len(s.DeadReasons) > 0 {
 			fmt.Fprintf(w, "; dead: %v", s.DeadReasons)
 		}
-		if s.Stats.Resets+s.Stats.Failed > 0 {
-			fmt.Fprintf(w, "; endpoint reset %d, 5xx %d", s.Stats.Resets, s.Stats.Failed)
-		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, "%s\n", adversaryText(s))
 	}
 	for _, l := range r.Latency {
 		fmt.Fprintf(w, "   latency %s publish→delivery: alone p50 %.0fms p99 %.0fms; with the bad subscribers p50 %.0fms p99 %.0fms; ratio p50 %.2f, p99 %.2f\n",
@@ -102,6 +103,36 @@ func (r *ScenarioReport) summary(w io.Writer) {
 	if r.Chart != "" {
 		fmt.Fprintf(w, "   chart: %s\n", r.Chart)
 	}
+}
+
+// adversaryText is what the endpoint did to the sender, and what the
+// sender saw of it (the worker's answers by status; "error": none came).
+func adversaryText(s *SubReport) string {
+	var b strings.Builder
+	st := s.Stats
+	if st.RetryAfterSent+st.Armed > 0 {
+		fmt.Fprintf(&b, "; %d 429s with Retry-After, %d deadlines armed (ban %s)", st.RetryAfterSent, st.Armed, st.BanFor)
+	}
+	if st.Resets+st.Failed > 0 {
+		fmt.Fprintf(&b, "; endpoint reset %d, 5xx %d", st.Resets, st.Failed)
+	}
+	if st.Gone > 0 {
+		fmt.Fprintf(&b, "; 410 ×%d", st.Gone)
+	}
+	if !st.UpAt.IsZero() {
+		fmt.Fprintf(&b, "; up at %s", clock(st.UpAt))
+	}
+	var answers []string
+	for k, v := range s.Worker {
+		if code, ok := strings.CutPrefix(k, "http:"); ok {
+			answers = append(answers, fmt.Sprintf("%s×%d", code, v))
+		}
+	}
+	if len(answers) > 0 {
+		slices.Sort(answers)
+		fmt.Fprintf(&b, "; worker saw %s", strings.Join(answers, " "))
+	}
+	return b.String()
 }
 
 // steadyText shows "-" for a subscriber that never had a second's worth
