@@ -297,3 +297,36 @@ func TestRotateSecret(t *testing.T) {
 		t.Fatalf("negative grace: %v", err)
 	}
 }
+
+// A re-publish books no pacing slot: the events after it are paced as if
+// it had not happened.
+func TestRepublishBooksNoPacingSlot(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 1, Period: time.Second}})
+	var due []time.Time
+	for round := range 3 { // publish e0-e4, then the same five twice more
+		for i := range 5 {
+			res, err := b.p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := producer.Enqueued; round > 0 {
+				want = producer.Duplicate
+				if res.Targets[0].Outcome != want {
+					t.Fatalf("round %d, e%d: %s, want %s", round, i, res.Targets[0].Outcome, want)
+				}
+			} else {
+				due = append(due, res.Targets[0].ProcessAt)
+			}
+		}
+	}
+	res, err := b.p.Publish(ctx, event("e5", "t"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// At one a second, e5 is due a second after e4: not ten seconds more
+	// for the ten duplicates.
+	if gap := res.Targets[0].ProcessAt.Sub(due[4]); gap < 0 || gap > 2*time.Second {
+		t.Fatalf("e5 due %v after e4; want about a second (the duplicates booked nothing)", gap)
+	}
+}

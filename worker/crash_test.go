@@ -81,6 +81,8 @@ func TestKill9(t *testing.T) {
 		{"429-before-cooldown", func(t *testing.T) func(*testing.T) { return crashAround429(t, beforeCooldown) }},
 		{"429-before-reschedule", func(t *testing.T) func(*testing.T) { return crashAround429(t, beforeReschedule) }},
 		{"429-after-reschedule", func(t *testing.T) func(*testing.T) { return crashAround429(t, afterReschedule) }},
+		{"last-attempt", crashOnLastAttempt},
+		{"stale-ledger", crashBeforeArchive},
 	}
 	// The crash phase runs on the parent t: what it starts (the new
 	// workers, the receivers) must outlive its subtest.

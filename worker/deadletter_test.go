@@ -119,3 +119,183 @@ func TestLedgerOutlivesArchiveTrim(t *testing.T) {
 	}
 	testkit.Eventually(t, 2*time.Minute, "all redelivered", func() bool { return b.w.Stats().Delivered.Load() == n })
 }
+
+// Every key a dead letter owns lives as long as the entry: forever with no
+// retention (the README promises every attempt is kept), the retention with
+// one. A retrying task's attempt list expires two days after its horizon;
+// once the task is dead, that ttl must not win over the ledger's.
+func TestDeadLetterKeysLiveAsLongAsTheEntry(t *testing.T) {
+	t.Parallel()
+	for _, retention := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprint("retention=", retention), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, worker.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, DeadLetterRetention: retention})
+			s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+			b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 3})
+			b.publish(t, "e1", "t")
+			var dl []tasks.DeadLetter
+			testkit.Eventually(t, 10*time.Second, "the dead letter", func() bool {
+				dl = b.dead(t, producer.DeadLetterQuery{Subscriber: "s"})
+				return len(dl) == 1
+			})
+			if len(dl[0].Attempts) != 3 {
+				t.Fatalf("dead letter with %d attempts, want 3", len(dl[0].Attempts))
+			}
+			lk := tasks.Keys(b.ns).Ledger("s:e1")
+			for _, key := range []string{lk.Entry, lk.Attempts} {
+				ttl, err := b.rdb.PTTL(ctx, key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case retention == 0 && ttl != -1:
+					t.Errorf("%s: ttl %v, want none: a dead letter is kept until replayed or deleted", key, ttl)
+				case retention > 0 && (ttl < retention-time.Minute || ttl > retention):
+					t.Errorf("%s: ttl %v, want the %v retention", key, ttl, retention)
+				}
+			}
+			for _, key := range []string{lk.Index, tasks.Keys(b.ns).AllDeadIndex()} {
+				if ttl, err := b.rdb.PTTL(ctx, key).Result(); err != nil || ttl != -1 {
+					t.Errorf("index %s: ttl %v (%v), want none: entries are trimmed one by one", key, ttl, err)
+				}
+				if _, err := b.rdb.ZScore(ctx, key, "s:e1").Result(); err != nil {
+					t.Errorf("index %s does not list the entry: %v", key, err)
+				}
+			}
+		})
+	}
+}
+
+// Listing pages on with a cursor past entries the filters skip: with the
+// newest 100 of 150 replayed, the other 50 are still found.
+func TestDeadLetterPagesGoOnPastReplayed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{})
+	var healthy atomic.Bool
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	})
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 1, Limit: limits.PerSecond(10_000)})
+	const n = 150
+	for i := range n {
+		b.publish(t, fmt.Sprintf("e%03d", i), "t")
+	}
+	var all []tasks.DeadLetter
+	testkit.Eventually(t, 20*time.Second, "150 dead letters", func() bool {
+		all = all[:0]
+		q := producer.DeadLetterQuery{Limit: 1000}
+		all = b.dead(t, q)
+		return len(all) == n
+	})
+	var newest []string
+	for _, e := range all[:100] {
+		newest = append(newest, e.TaskID)
+	}
+	healthy.Store(true)
+	out, next, err := b.p.Replay(ctx, producer.DeadLetterQuery{IDs: newest})
+	if err != nil || len(out) != 100 || next != "" {
+		t.Fatalf("replay of the newest 100: %d outcomes, next %q, %v", len(out), next, err)
+	}
+	var found []tasks.DeadLetter
+	cursor, pages := "", 0
+	for {
+		page, next, err := b.p.DeadLetters(ctx, producer.DeadLetterQuery{Limit: 20, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		found = append(found, page...)
+		if next == "" {
+			break
+		}
+		if pages > 20 {
+			t.Fatalf("still paging after %d pages", pages)
+		}
+		cursor = next
+	}
+	if len(found) != n-100 {
+		t.Fatalf("paging past the replayed entries found %d, want the %d not replayed", len(found), n-100)
+	}
+	seen := map[string]bool{}
+	for _, e := range found {
+		if seen[e.TaskID] || !e.ReplayedAt.IsZero() {
+			t.Fatalf("entry %s listed twice or replayed: %+v", e.TaskID, e)
+		}
+		seen[e.TaskID] = true
+	}
+}
+
+// Replay works in batches: each call does at most Limit and answers a
+// cursor; a replay cut off after its first batch is finished by the same
+// request sent again, and each replayed task starts a fresh attempt list.
+func TestReplayIsBatchedAndResumable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{})
+	var healthy atomic.Bool
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	})
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 1, Limit: limits.PerSecond(10_000)})
+	const n = 25
+	for i := range n {
+		b.publish(t, fmt.Sprintf("e%03d", i), "t")
+	}
+	testkit.Eventually(t, 20*time.Second, "25 dead letters", func() bool { return len(b.dead(t, producer.DeadLetterQuery{Limit: 100})) == n })
+	healthy.Store(true)
+	q := producer.DeadLetterQuery{Subscriber: "s", Limit: 10}
+	first, next, err := b.p.Replay(ctx, q)
+	if err != nil || len(first) != 10 || next == "" {
+		t.Fatalf("first batch: %d, next %q, %v; want 10 and a cursor", len(first), next, err)
+	}
+	// Cut off here. The same request again goes on with the rest.
+	rest, err := b.p.ReplayAll(ctx, q)
+	if err != nil || len(rest) != n-10 {
+		t.Fatalf("the same replay again: %d outcomes, %v; want the other %d", len(rest), err, n-10)
+	}
+	for _, o := range append(first, rest...) {
+		if o.Outcome != producer.Enqueued {
+			t.Fatalf("%s: %s %s", o.TaskID, o.Outcome, o.Error)
+		}
+	}
+	testkit.Eventually(t, 20*time.Second, "every replayed event delivered", func() bool { return b.w.Stats().Delivered.Load() == n })
+	lk := tasks.Keys(b.ns).Ledger("s:e000")
+	if n, err := b.rdb.LLen(ctx, lk.Attempts).Result(); err != nil || n != 0 {
+		t.Fatalf("attempts of a replayed, delivered task: %d (%v); want a fresh list, emptied by the delivery", n, err)
+	}
+	dl := b.dead(t, producer.DeadLetterQuery{IDs: []string{"s:e000"}, IncludeReplayed: true})
+	if len(dl) != 1 || len(dl[0].Attempts) != 1 || dl[0].ReplayedAt.IsZero() {
+		t.Fatalf("replayed entry %+v; want it marked, its one earlier attempt kept in it", dl)
+	}
+}
+
+// With a retention, the indexes are trimmed as entries expire.
+func TestDeadLetterIndexTrimmedPastRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{DeadLetterRetention: time.Second})
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 1})
+	b.publish(t, "old", "t")
+	keys := tasks.Keys(b.ns)
+	testkit.Eventually(t, 10*time.Second, "the first dead letter indexed", func() bool {
+		n, _ := b.rdb.ZCard(ctx, keys.DeadIndex("s")).Result()
+		return n == 1
+	})
+	testkit.Eventually(t, 10*time.Second, "its entry expired", func() bool {
+		n, _ := b.rdb.Exists(ctx, keys.Ledger("s:old").Entry).Result()
+		return n == 0
+	})
+	b.publish(t, "new", "t")
+	testkit.Eventually(t, 10*time.Second, "the expired one trimmed from both indexes", func() bool {
+		a, _ := b.rdb.ZRange(ctx, keys.DeadIndex("s"), 0, -1).Result()
+		g, _ := b.rdb.ZRange(ctx, keys.AllDeadIndex(), 0, -1).Result()
+		return fmt.Sprint(a) == "[s:new]" && fmt.Sprint(g) == "[s:new]"
+	})
+}

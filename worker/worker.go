@@ -97,6 +97,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// Close releases the Redis connection the Worker opened, for a Worker that
+// was never Run (Run closes it on return).
+func (w *Worker) Close() error {
+	if w.ownRDB {
+		return w.rdb.Close()
+	}
+	return nil
+}
+
 // asynqLogger adapts slog to asynq.Logger.
 type asynqLogger struct{ l *slog.Logger }
 

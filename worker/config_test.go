@@ -1,0 +1,79 @@
+package worker_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
+	"github.com/hooklane/hooklane/worker"
+)
+
+// A variable that is set means what it says: zero is refused with an error
+// naming the variable (it would silently become the default), except where
+// zero has a meaning of its own; negatives are refused everywhere.
+func TestFromEnvRefusesZeroAndNegativeValues(t *testing.T) {
+	vars := []string{"HOOKLANE_CONCURRENCY", "HOOKLANE_MAX_WAITERS", "HOOKLANE_MAX_WAITING", "HOOKLANE_CONNECT_TIMEOUT",
+		"HOOKLANE_REQUEST_TIMEOUT", "HOOKLANE_MAX_RETRY_AFTER", "HOOKLANE_BACKOFF_BASE", "HOOKLANE_BACKOFF_MAX",
+		"HOOKLANE_PAUSE_RECHECK", "HOOKLANE_POLL_INTERVAL", "HOOKLANE_FORWARD_INTERVAL", "HOOKLANE_SHUTDOWN_TIMEOUT"}
+	for _, name := range vars {
+		for _, v := range []string{"0", "-1", "0s", "-5s"} {
+			t.Run(name+"="+v, func(t *testing.T) {
+				t.Setenv(name, v)
+				_, err := worker.FromEnv()
+				if err == nil || !strings.Contains(err.Error(), name) {
+					t.Fatalf("%s=%s: err %v, want an error naming the variable", name, v, err)
+				}
+			})
+		}
+	}
+	// Zero means something here: no in-handler wait, and keep dead letters.
+	t.Setenv("HOOKLANE_MAX_WAIT", "0")
+	t.Setenv("HOOKLANE_DEAD_LETTER_RETENTION", "0s")
+	c, err := worker.FromEnv()
+	if err != nil || c.MaxWait != worker.NoWait || c.DeadLetterRetention != 0 {
+		t.Fatalf("MAX_WAIT=0, RETENTION=0s: %+v, %v; want NoWait and keep", c, err)
+	}
+	if c = c.WithDefaults(); c.MaxWait != worker.NoWait {
+		t.Fatalf("WithDefaults turned MaxWait=NoWait into %v", c.MaxWait)
+	}
+	w, err := worker.New(c)
+	if err != nil {
+		t.Fatalf("New with NoWait: %v", err)
+	}
+	w.Close()
+	t.Setenv("HOOKLANE_MAX_WAIT", "-1s")
+	if _, err := worker.FromEnv(); err == nil {
+		t.Fatal("MAX_WAIT=-1s accepted")
+	}
+	// The Go API refuses what the environment does.
+	for _, c := range []worker.Config{{Concurrency: -1}, {MaxWaiting: -3}, {BackoffBase: -time.Second}, {ShutdownTimeout: -1}, {MaxWait: -2}} {
+		if _, err := worker.New(c); err == nil {
+			t.Errorf("New(%+v) accepted", c)
+		}
+	}
+}
+
+// HOOKLANE_MAX_WAIT=0 means no in-handler wait: a request the rate limit
+// would let go 100ms later is deferred, not waited for.
+func TestMaxWaitZeroWaitsNothing(t *testing.T) {
+	t.Setenv("HOOKLANE_MAX_WAIT", "0")
+	cfg, err := worker.FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, cfg)
+	s := testkit.NewSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: 10, Burst: 1, Period: time.Second}})
+	for i := range 3 {
+		b.publish(t, fmt.Sprintf("e%d", i), "t")
+	}
+	testkit.Eventually(t, 10*time.Second, "three deliveries", func() bool { return s.Count() == 3 })
+	testkit.Eventually(t, 5*time.Second, "the counters", func() bool { return b.counter(t, "s", "delivered") == 3 })
+	if n := b.counter(t, "s", "deferred:"+worker.GateRateLimit); n < 1 {
+		t.Fatalf("%d rate-limit deferrals with MAX_WAIT=0; the 2nd and 3rd requests must not wait in the handler", n)
+	}
+}

@@ -1,0 +1,61 @@
+package worker_test
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
+	"github.com/hooklane/hooklane/worker"
+)
+
+// A 429 whose body takes its time: its cooldown is recorded as soon as the
+// status line and headers arrive, so events published meanwhile, with
+// in-flight slots free, wait for the deadline too instead of going out
+// while the body is still being read.
+func TestCooldownRecordedBeforeTheBodyIsRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	var deadline atomic.Pointer[time.Time]
+	headersSent := make(chan struct{})
+	var throttled atomic.Bool
+	s := testkit.NewReceiver(t, func(w http.ResponseWriter, _ *http.Request, id string) bool {
+		if id != "slow-429" || throttled.Swap(true) {
+			return true // the throttled event's own retry, after the deadline, is taken too
+		}
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusTooManyRequests)
+		w.(http.Flusher).Flush()
+		d := time.Now().Add(3 * time.Second)
+		deadline.Store(&d)
+		close(headersSent)
+		for range 15 { // 1.5s of body, a byte at a time
+			fmt.Fprint(w, "x")
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond)
+		}
+		return false
+	})
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.PerSecond(1000), MaxInFlight: 4})
+	b.publish(t, "slow-429", "t")
+	<-headersSent
+	// Give the worker the round trip it takes to record the cooldown, but
+	// not the 1.5s the body takes: that is the point.
+	testkit.Poll(200*time.Millisecond, func() bool {
+		n, _ := b.rdb.Exists(t.Context(), tasks.Keys(b.ns).Gates("s").Cooldown).Result()
+		return n == 1
+	})
+	for i := range 10 {
+		b.publish(t, fmt.Sprintf("e%d", i), "t")
+	}
+	testkit.Eventually(t, 20*time.Second, "the ten events and the throttled one delivered", func() bool { return s.Count() == 12 })
+	for _, a := range s.Got()[1:] {
+		if a.At.Before(*deadline.Load()) {
+			t.Fatalf("%s arrived %v before the Retry-After deadline, while the 429's body was read", a.ID, deadline.Load().Sub(a.At))
+		}
+	}
+}
