@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -143,7 +144,7 @@ func TestValidationErrors(t *testing.T) {
 	if subs, _ := b.p.ListSubscribers(t.Context()); len(subs) != 1 {
 		t.Errorf("%d subscribers after refused writes, want 1", len(subs))
 	}
-	if q, err := b.insp.GetQueueInfo(b.ns); err == nil && q.Size != 0 {
-		t.Errorf("%d tasks after refused publishes", q.Size)
+	if n := testkit.QueueSize(t, b.insp, b.ns); n != 0 {
+		t.Errorf("%d tasks after refused publishes", n)
 	}
 }

@@ -25,6 +25,10 @@ type Config struct {
 	RedisURL string
 	// Namespace (HOOKLANE_NAMESPACE) must match the worker's. Default "hooklane".
 	Namespace string
+	// MonitorWrites (HOOKLANE_MONITOR_WRITES=true) lets asynqmon's buttons
+	// change tasks and queues. Default false: read-only, because they work
+	// around hooklane's dead-letter ledger and pacing (see newMonitor).
+	MonitorWrites bool
 	// MaxBodyBytes caps a request body. Default 1 MiB: an event's data may
 	// be 256 KiB, and more once JSON-escaped.
 	MaxBodyBytes int64
@@ -92,6 +96,8 @@ func FromEnv() Config {
 		MetricsToken: os.Getenv("HOOKLANE_METRICS_TOKEN"),
 		RedisURL:     os.Getenv("REDIS_URL"),
 		Namespace:    os.Getenv("HOOKLANE_NAMESPACE"),
+		// Anything but "true" keeps the UI read-only.
+		MonitorWrites: os.Getenv("HOOKLANE_MONITOR_WRITES") == "true",
 	}
 	if port := os.Getenv("PORT"); c.Addr == "" && port != "" {
 		c.Addr = ":" + port

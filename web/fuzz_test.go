@@ -59,7 +59,9 @@ func FuzzAPIRequests(f *testing.F) {
 		}
 		if rec.Code >= 400 {
 			e, _ := m["error"].(map[string]any)
-			if e == nil || e["code"] == "" || e["message"] == "" {
+			code, _ := e["code"].(string)
+			msg, _ := e["message"].(string)
+			if code == "" || msg == "" {
 				t.Fatalf("%s %q: error without code or message: %s", route, body, rec.Body)
 			}
 		}

@@ -16,10 +16,16 @@ import (
 // carry no secrets by design (the worker reads them from the subscriber),
 // but a payload written by anything else, or by a future bug, must still
 // not put a signing secret on an operator's screen.
-func newMonitor(root string, opt asynq.RedisConnOpt) *asynqmon.HTTPHandler {
+//
+// It is read-only unless writes is set: its buttons act on asynq alone,
+// around hooklane's ledger and bookkeeping (archiving a task from the UI
+// leaves no dead letter, deleting one loses it, running one skips its
+// pacing). hooklane's API does the same things and keeps the books.
+func newMonitor(root string, opt asynq.RedisConnOpt, writes bool) *asynqmon.HTTPHandler {
 	return asynqmon.New(asynqmon.Options{
 		RootPath:         root,
 		RedisConnOpt:     opt,
+		ReadOnly:         !writes,
 		PayloadFormatter: asynqmon.PayloadFormatterFunc(func(_ string, b []byte) string { return Redact(b) }),
 		ResultFormatter:  asynqmon.ResultFormatterFunc(func(_ string, b []byte) string { return Redact(b) }),
 	})

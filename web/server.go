@@ -53,7 +53,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.gates = limits.NewGates(s.rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
-	s.mon = newMonitor("/monitoring", asynqConnOpt(opt))
+	s.mon = newMonitor("/monitoring", asynqConnOpt(opt), cfg.MonitorWrites)
 	s.handler = s.routes()
 	return s, nil
 }

@@ -271,7 +271,10 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 				again = h.At.Sub(killedAt)
 			}
 		}
-		info, _ := b.insp.GetTaskInfo(ns, tasks.TaskID("s", firstID))
+		info, err := b.insp.GetTaskInfo(ns, tasks.TaskID("s", firstID))
+		if err != nil {
+			t.Fatalf("the throttled task: %v", err)
+		}
 		t.Logf("%s; throttled event sent again at kill+%.1fs (deadline kill+%.1fs), attempts spent %d; early requests %d %v",
 			c, again.Seconds(), dl.Sub(killedAt).Seconds(), info.Retried, len(early), early)
 		if len(c.lost) > 0 || c.delivered != len(ids) || c.duplicates != 0 {
@@ -345,7 +348,7 @@ func TestSIGTERMDuringBurst(t *testing.T) {
 	for i := range 5 {
 		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", fmt.Sprintf("slow%03d", i)))
 		if err != nil || info.State != asynq.TaskStatePending {
-			t.Errorf("slow%03d after shutdown: %v (%v), want pending (put back)", i, info.State, err)
+			t.Errorf("slow%03d after shutdown: %s, want pending (put back)", i, testkit.State(info, err))
 		}
 	}
 	completedAtStop := q.Completed

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,17 +130,28 @@ func TestHostileReceivers(t *testing.T) {
 	}
 }
 
+// An endpoint that answers 200 and then sends a body without end: the
+// worker reads 64 KiB of it, records the delivery and drops the
+// connection, long before its request timeout.
 func TestEndlessBodyIsCut(t *testing.T) {
 	t.Parallel()
-	b := setup(t, worker.Config{RequestTimeout: 5 * time.Second})
+	const timeout = 30 * time.Second
+	b := setup(t, worker.Config{RequestTimeout: timeout})
+	var written atomic.Int64
+	cut := make(chan time.Duration, 1)
 	url := rawServer(t, func(c net.Conn) {
 		fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+		start := time.Now()
 		chunk := []byte(strings.Repeat("x", 4096))
-		for range 10_000 { // 40 MiB at most; the worker stops after 64 KiB
-			if _, err := c.Write(chunk); err != nil {
+		for time.Since(start) < 2*timeout { // without end, as far as the worker can tell
+			n, err := c.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				cut <- time.Since(start)
 				return
 			}
 		}
+		cut <- -1
 	})
 	b.put(t, tasks.Subscriber{ID: "s", URL: url})
 	b.publish(t, "e", "t")
@@ -147,6 +159,18 @@ func TestEndlessBodyIsCut(t *testing.T) {
 		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateCompleted
 	})
+	var took time.Duration
+	select {
+	case took = <-cut:
+	case <-time.After(timeout):
+		t.Fatal("the worker never dropped the connection")
+	}
+	// What the server could write is the 64 KiB read plus what loopback's
+	// socket buffers hold; reading to the end would take the whole timeout.
+	if n := written.Load(); took < 0 || took > 5*time.Second || n > 32<<20 {
+		t.Fatalf("connection dropped after %v and %d bytes; want within seconds and a few MiB at most", took, n)
+	}
+	t.Logf("connection dropped %v after the headers, %d KiB written", took.Round(time.Millisecond), written.Load()>>10)
 }
 
 func TestHugeRetryAfterIsCapped(t *testing.T) {

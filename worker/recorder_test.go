@@ -94,7 +94,7 @@ func TestPanicReleasesItsSlot(t *testing.T) {
 	})
 	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(ns, "s:e1")
 	if err != nil || info.State != asynq.TaskStateRetry || info.Retried != 1 || !strings.Contains(info.LastErr, "panicked") {
-		t.Fatalf("the panicked task: %+v, %v; want retrying, one attempt spent, the panic named", info, err)
+		t.Fatalf("the panicked task: %s; want retrying, one attempt spent, the panic named", testkit.State(info, err))
 	}
 }
 

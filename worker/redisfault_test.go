@@ -23,10 +23,6 @@ import (
 	"github.com/hooklane/hooklane/worker"
 )
 
-// durabilityWindow is how much of what Redis acknowledged a kill -9 may
-// take with it under appendfsync everysec (see deploy/redis.conf).
-const durabilityWindow = 2 * time.Second
-
 // TestRedisRestartDuringBurst publishes continuously to a worker process
 // while its Redis (AOF, everysec, as in deploy/redis.conf) is stopped and
 // restarted on the same port and data directory. Publishes during the
@@ -131,7 +127,6 @@ func testRedisRestart(t *testing.T, kill bool) {
 	<-done
 
 	var acked []string
-	lost := map[string]bool{}
 	for _, pb := range pubs {
 		if pb.err == nil {
 			acked = append(acked, pb.id)
@@ -149,9 +144,6 @@ func testRedisRestart(t *testing.T, kill bool) {
 	start := time.Now()
 	c := settle(t, insp, ns, "s", acked, rc, 150*time.Second)
 	took := time.Since(start)
-	for _, id := range c.lost {
-		lost[id] = true
-	}
 	recovered := 0
 	for _, id := range acked {
 		if info, err := insp.GetTaskInfo(ns, tasks.TaskID("s", id)); err == nil && info.Retried > 0 {
@@ -175,25 +167,16 @@ func testRedisRestart(t *testing.T, kill bool) {
 	if resumed < 0 {
 		t.Error("no delivery after Redis came back")
 	}
-	if c.delivered+c.dead != len(acked)-len(c.lost) {
-		t.Errorf("tally does not add up: %s", c)
-	}
-	if !kill {
-		// No duplicates either: a delivery finished during the outage must
-		// be recorded when Redis is back, not left active for lease
-		// recovery to send again a minute or two later.
-		if len(c.lost) > 0 || c.duplicates > 0 {
-			t.Errorf("a clean Redis restart lost %d acknowledged publishes and caused %d duplicates: %v",
-				len(c.lost), c.duplicates, c.lost)
-		}
-		return
-	}
-	// kill -9: only what Redis acknowledged within the durability window
-	// before the kill may be gone.
-	for _, pb := range pubs {
-		if lost[pb.id] && fault.Sub(pb.at) > durabilityWindow {
-			t.Errorf("%s was acknowledged %v before Redis was killed and is lost", pb.id, fault.Sub(pb.at))
-		}
+	// The Redis process stopped or killed (not the host): each write was in
+	// the AOF before Redis answered it, so nothing acknowledged is lost;
+	// and a delivery finished during the outage is recorded when Redis is
+	// back, not left active for lease recovery to send again a minute or
+	// two later. (A host crash can lose the last second the AOF had not
+	// fsynced: not tested, it needs the machine to crash.) settle has
+	// checked that the receiver accepted every completed task.
+	if len(c.lost) > 0 || c.dead > 0 || c.duplicates > 0 || c.delivered != len(acked) {
+		t.Errorf("Redis %s for a second: %s; want each of the %d acknowledged publishes delivered once",
+			map[bool]string{true: "killed", false: "stopped"}[kill], c, len(acked))
 	}
 }
 

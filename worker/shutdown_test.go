@@ -32,7 +32,7 @@ func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 	stop() // as on SIGTERM, while the request is held open
 	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(ns, tasks.TaskID("s", "e"))
 	if err != nil || info.State != asynq.TaskStateCompleted {
-		t.Fatalf("after shutdown the task is %v (%v), want completed", info.State, err)
+		t.Fatalf("after shutdown the task is %s, want completed", testkit.State(info, err))
 	}
 }
 
@@ -62,7 +62,7 @@ func TestShutdownRequeuesWhatCannotFinish(t *testing.T) {
 	}
 	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(ns, tasks.TaskID("s", "e"))
 	if err != nil || info.State != asynq.TaskStatePending {
-		t.Fatalf("after shutdown the task is %v (%v), want pending (requeued)", info.State, err)
+		t.Fatalf("after shutdown the task is %s, want pending (requeued)", testkit.State(info, err))
 	}
 	// A new worker picks it up: nothing was lost.
 	_, stop = startWorker(t, rdb, ns, worker.Config{})
