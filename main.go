@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,11 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var level slog.Level // HOOKLANE_LOG_LEVEL: debug, info (default), warn, error
+	if err := level.UnmarshalText([]byte(cmp.Or(os.Getenv("HOOKLANE_LOG_LEVEL"), "info"))); err != nil {
+		return fmt.Errorf("HOOKLANE_LOG_LEVEL: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	switch {
 	case len(args) == 1 && args[0] == "worker":
 		cfg, err := worker.FromEnv()

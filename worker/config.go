@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"strconv"
@@ -68,6 +69,9 @@ type Config struct {
 	// private, loopback or otherwise refused networks the worker may still
 	// deliver to. Default none: the SSRF guard refuses them all.
 	AllowedCIDRs []netip.Prefix
+	// Resolver resolves endpoint host names. Default the system's. The
+	// SSRF guard judges the address it returns, whatever it is.
+	Resolver *net.Resolver
 	// DeadLetterRetention (HOOKLANE_DEAD_LETTER_RETENTION) is how long the
 	// dead-letter ledger keeps an entry. Default 0: until it is replayed or
 	// deleted.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
@@ -232,6 +233,10 @@ func TestAlways500IsDeadLettered(t *testing.T) {
 	if len(ids) != 1 || !ids["e1"] {
 		t.Fatalf("webhook-id across attempts: %v, want only e1", ids)
 	}
+	e := b.ledgerEntry(t, id)
+	if e.Reason != worker.DeadAttempts || len(e.Attempts) != 3 || e.Attempts[2].Status != 500 || e.Event == nil || e.Event.ID != "e1" {
+		t.Fatalf("ledger entry %+v; want reason attempts with the 3 attempts and the event", e)
+	}
 }
 
 func TestGoneDeadLettersAndPauses(t *testing.T) {
@@ -245,8 +250,11 @@ func TestGoneDeadLettersAndPauses(t *testing.T) {
 		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "HTTP 410 Gone")
 	})
 	sub, err := b.p.GetSubscriber(context.Background(), "s")
-	if err != nil || !sub.Paused {
-		t.Fatalf("subscriber after 410: paused=%v, %v", sub.Paused, err)
+	if err != nil || !sub.Paused || sub.PauseReason != tasks.PauseGone {
+		t.Fatalf("subscriber after 410: paused=%v reason %q, %v; want paused, reason gone", sub.Paused, sub.PauseReason, err)
+	}
+	if e := b.ledgerEntry(t, "s:e1"); e.Reason != worker.DeadGone || len(e.Attempts) != 1 || e.Attempts[0].Status != 410 {
+		t.Fatalf("ledger entry %+v; want reason gone with the 410", e)
 	}
 	if n := s.Count(); n != 1 {
 		t.Fatalf("sink saw %d requests, want 1", n)
@@ -339,14 +347,83 @@ func TestRedirectNotFollowed(t *testing.T) {
 func TestUndecodablePayloadIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
+	b.put(t, tasks.Subscriber{ID: "s", URL: "http://127.0.0.1:9/x"})
 	c := asynq.NewClientFromRedisClient(b.rdb)
-	if _, err := c.Enqueue(asynq.NewTask(tasks.TypeDeliver, []byte("{not json"), asynq.Queue(b.ns), asynq.TaskID("bad"))); err != nil {
+	// One task hooklane could have written (its id names a subscriber), one
+	// it could not have.
+	for _, id := range []string{"s:bad", "bad"} {
+		if _, err := c.Enqueue(asynq.NewTask(tasks.TypeDeliver, []byte("{not json"), asynq.Queue(b.ns), asynq.TaskID(id))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"s:bad", "bad"} {
+		testkit.Eventually(t, 10*time.Second, "archived", func() bool {
+			info, err := b.insp.GetTaskInfo(b.ns, id)
+			return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "undecodable payload")
+		})
+		if e := b.ledgerEntry(t, id); e.Reason != worker.DeadUndecodable || e.Payload != "{not json" || e.Event != nil {
+			t.Fatalf("ledger entry of %s: %+v; want reason undecodable and the raw payload kept", id, e)
+		}
+	}
+}
+
+// Past its retry horizon an event is dead even with attempts left.
+func TestRetryHorizonDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{BackoffBase: 1500 * time.Millisecond, BackoffMax: 1500 * time.Millisecond})
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 8, RetryHorizon: tasks.Duration(2 * time.Second)})
+	b.publish(t, "e1", "t")
+	e := b.ledgerEntry(t, "s:e1")
+	// Attempt 1, then 1.5s of backoff: attempt 2; the next would be 3s
+	// after publishing, past the 2s horizon.
+	if e.Reason != worker.DeadHorizon || len(e.Attempts) != 2 || !strings.Contains(e.Error, "retry horizon") {
+		t.Fatalf("ledger entry %+v; want reason horizon after 2 attempts", e)
+	}
+	if n := s.Count(); n != 2 {
+		t.Fatalf("%d requests, want 2", n)
+	}
+}
+
+// When the ledger entry cannot be written, the task is not archived: asynq
+// retries it (no attempt spent), and the next run writes the entry.
+func TestLedgerWriteFailureRetriesTheTask(t *testing.T) {
+	t.Parallel()
+	ns := testkit.Namespace("ledgerfail")
+	proxy := newFaultProxy(t, redisSrv.Addr)
+	// No retries inside the client: the failed command fails the write.
+	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(proxy.URL(), "redis://"), "/0"), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	if err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 10*time.Second, "archived", func() bool {
-		info, err := b.insp.GetTaskInfo(b.ns, "bad")
-		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "undecodable payload")
+	w, stop := startWorker(t, rdb, ns, worker.Config{})
+	defer stop()
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	if _, err := p.PutSubscriber(context.Background(), tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 1}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.failOnce(respKeys(tasks.Keys(ns).Ledger("s:e1").Entry))
+	if _, err := p.Publish(context.Background(), tasks.Event{ID: "e1", Type: "t", Data: []byte(`1`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	testkit.Eventually(t, 20*time.Second, "archived after the retry", func() bool {
+		info, err := insp.GetTaskInfo(ns, "s:e1")
+		return err == nil && info.State == asynq.TaskStateArchived
 	})
+	if proxy.failures() != 1 {
+		t.Fatalf("the ledger write failed %d times, want 1: the test did not test", proxy.failures())
+	}
+	dl, _, err := p.DeadLetters(context.Background(), producer.DeadLetterQuery{IDs: []string{"s:e1"}})
+	if err != nil || len(dl) != 1 || dl[0].Reason != worker.DeadAttempts {
+		t.Fatalf("ledger %+v, %v; want the entry, written by the retry", dl, err)
+	}
+	// The retry sent the request again: the ledger failure cost no attempt.
+	if n := s.Count(); n != 2 || w.Stats().Dead.Load() != 2 {
+		t.Fatalf("%d requests, %d dead runs; want 2 and 2 (the first run's ledger write failed)", n, w.Stats().Dead.Load())
+	}
 }
 
 // The SSRF guard, end to end: a sink on 127.0.0.1 that is not allowlisted

@@ -60,7 +60,10 @@ func (h *handler) retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	case errors.As(err, &d):
 		return d.Delay(time.Now())
 	case errors.As(err, &r):
-		return r.After
+		// asynq keeps whole seconds, truncating: round up, so a backoff is
+		// never cut short.
+		now := time.Now()
+		return limits.CeilSecond(now.Add(r.After)).Sub(now)
 	case errors.As(err, new(*infraError)):
 		return limits.Backoff(3, time.Second, time.Minute)
 	}

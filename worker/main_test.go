@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -87,6 +88,17 @@ func (b *bundle) dead(t testing.TB, q producer.DeadLetterQuery) []tasks.DeadLett
 		t.Fatalf("DeadLetters(%+v): %v", q, err)
 	}
 	return dl
+}
+
+// ledgerEntry waits for the ledger entry of taskID and returns it.
+func (b *bundle) ledgerEntry(t testing.TB, taskID string) tasks.DeadLetter {
+	t.Helper()
+	var dl []tasks.DeadLetter
+	testkit.Eventually(t, 20*time.Second, "the ledger entry of "+taskID, func() bool {
+		dl = b.dead(t, producer.DeadLetterQuery{IDs: []string{taskID}, IncludeReplayed: true})
+		return len(dl) == 1
+	})
+	return dl[0]
 }
 
 // counter reads one of a subscriber's counters in Redis.

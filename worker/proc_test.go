@@ -153,6 +153,8 @@ type faultProxy struct {
 	pattern []byte
 	trip    func()
 	tripped bool
+	once    bool // fail only the matching write's connection, then heal
+	failed  int  // writes failed so, with once
 	conns   []net.Conn
 }
 
@@ -175,6 +177,21 @@ func (p *faultProxy) arm(pattern []byte, trip func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pattern, p.trip = pattern, trip
+}
+
+// failOnce makes the proxy drop the connection of the first command
+// containing pattern, unanswered, and then forward everything again: one
+// Redis command fails, as in a network blip.
+func (p *faultProxy) failOnce(pattern []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pattern, p.once = pattern, true
+}
+
+func (p *faultProxy) failures() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failed
 }
 
 func (p *faultProxy) hasTripped() bool {
@@ -233,6 +250,12 @@ func (p *faultProxy) forward(c, s net.Conn) {
 			return
 		}
 		k := len(p.pattern)
+		if k > 0 && bytes.Contains(append(prev, chunk...), p.pattern) && p.once {
+			p.pattern, p.once = nil, false
+			p.failed++
+			p.mu.Unlock()
+			return // closes this connection, the command unanswered
+		}
 		if k > 0 && bytes.Contains(append(prev, chunk...), p.pattern) {
 			p.tripped = true
 			p.trip()

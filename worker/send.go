@@ -23,7 +23,7 @@ import (
 const maxResponseBody = 64 << 10
 
 func newHTTPClient(c Config) *http.Client {
-	dialer := &net.Dialer{Timeout: c.ConnectTimeout, KeepAlive: 30 * time.Second, Control: dialControl(c.AllowedCIDRs)}
+	dialer := &net.Dialer{Timeout: c.ConnectTimeout, KeepAlive: 30 * time.Second, Control: dialControl(c.AllowedCIDRs), Resolver: c.Resolver}
 	return &http.Client{
 		Timeout: c.RequestTimeout,
 		Transport: &http.Transport{
