@@ -72,7 +72,7 @@ var fast = limits.Limit{Rate: 1000, Burst: 200, Period: time.Second}
 // one) and only then are the outcomes checked (recover subtests), while all
 // the new workers recover at the same time.
 func TestKill9(t *testing.T) {
-	t.Parallel()
+	// Not parallel: a heavy test runs alone, not beside the timing tests (they run after every sequential test).
 	scenarios := []struct {
 		name  string
 		crash func(t *testing.T) (check func(t *testing.T))
@@ -303,7 +303,7 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 // recorded, the five the receiver never answers are put back, and a new
 // worker delivers everything. The five are the only duplicates.
 func TestSIGTERMDuringBurst(t *testing.T) {
-	t.Parallel()
+	// Not parallel: a heavy test runs alone, not beside the timing tests (they run after every sequential test).
 	var stopping atomic.Bool
 	rc := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, id string) bool {
 		if stopping.Load() {

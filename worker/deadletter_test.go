@@ -70,7 +70,7 @@ func TestDeadLetterLedgerAndReplay(t *testing.T) {
 // asynq trims its archive to 10,000 tasks per queue; the ledger must keep
 // every dead letter of an outage larger than that, and replay them all.
 func TestLedgerOutlivesArchiveTrim(t *testing.T) {
-	t.Parallel()
+	// Not parallel: a heavy test runs alone, not beside the timing tests (they run after every sequential test).
 	if testing.Short() {
 		t.Skip("12,000 deliveries")
 	}

@@ -16,6 +16,7 @@ import (
 // and its in-flight cap hold for both together, because both are kept in
 // Redis, and both processes take part.
 func TestLimitsHoldAcrossWorkerProcesses(t *testing.T) {
+	// Not parallel: a timing check, run alone.
 	const n, rate, burst, maxInFlight = 150, 20, 5, 3
 	var inFlight, most atomic.Int64
 	rc := testkit.NewReceiver(t, func(http.ResponseWriter, *http.Request, string) bool {

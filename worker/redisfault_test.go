@@ -29,7 +29,7 @@ import (
 // outage fail with ErrRedisUnavailable; every publish that succeeded is
 // delivered or dead-lettered; the worker rides the outage out on its own.
 func TestRedisRestartDuringBurst(t *testing.T) {
-	t.Parallel()
+	// Not parallel: a heavy test runs alone, not beside the timing tests (they run after every sequential test).
 	t.Run("sigterm", func(t *testing.T) { t.Parallel(); testRedisRestart(t, false) })
 	t.Run("kill-9", func(t *testing.T) { t.Parallel(); testRedisRestart(t, true) })
 }

@@ -59,3 +59,49 @@ func TestCooldownRecordedBeforeTheBodyIsRead(t *testing.T) {
 		}
 	}
 }
+
+// With several requests in flight when one is answered 429, those already
+// on their way arrive as they may; nothing that leaves after the answer
+// arrives before its deadline.
+func TestRetryAfterWithManyInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	var deadline, answered atomic.Pointer[time.Time]
+	s := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
+		if n == 0 {
+			w.Header().Set("Retry-After", "2")
+			now := time.Now()
+			d := now.Add(2 * time.Second)
+			deadline.Store(&d)
+			w.WriteHeader(http.StatusTooManyRequests)
+			answered.Store(&now)
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // keep the others in flight
+	})
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxInFlight: 4, Limit: limits.PerSecond(1000)})
+	const n = 12
+	for i := range n {
+		b.publish(t, fmt.Sprintf("e%02d", i), "t")
+	}
+	testkit.Eventually(t, 20*time.Second, "every event delivered", func() bool { return s.Count() == n+1 })
+	// 50ms of grace: a request the worker sent just before the 429 reached
+	// it can arrive just after the receiver answered.
+	cutoff := answered.Load().Add(50 * time.Millisecond)
+	overlap, after := 0, 0
+	for _, a := range s.Got()[1:] {
+		switch {
+		case a.At.Before(cutoff):
+			overlap++
+		case a.At.Before(*deadline.Load()):
+			t.Fatalf("%s arrived %v before the Retry-After deadline, %v after the 429", a.ID,
+				deadline.Load().Sub(a.At), a.At.Sub(*answered.Load()))
+		default:
+			after++
+		}
+	}
+	if after == 0 {
+		t.Fatalf("every request overlapped the 429 (%d): the test proves nothing", overlap)
+	}
+	t.Logf("%d requests were in flight with the 429, %d waited for its deadline", overlap, after)
+}
