@@ -82,7 +82,7 @@ func (p *Producer) deadPage(ctx context.Context, q DeadLetterQuery, n int) ([]ta
 		if len(q.IDs) > maxPage {
 			return nil, "", &tasks.FieldError{Field: "ids", Msg: fmt.Sprintf("at most %d", maxPage)}
 		}
-		out, err := p.readEntries(ctx, q.IDs, q)
+		out, err := p.readEntries(ctx, q.IDs, nil, q)
 		return out, "", err
 	}
 	var from *position
@@ -100,12 +100,12 @@ func (p *Producer) deadPage(ctx context.Context, q DeadLetterQuery, n int) ([]ta
 	var out []tasks.DeadLetter
 	budget := 10 * n
 	for len(out) < n && budget > 0 {
-		ids, last, more, err := p.indexRange(ctx, index, q, from, min(n-len(out), budget))
+		ids, scores, last, more, err := p.indexRange(ctx, index, q, from, min(n-len(out), budget))
 		if err != nil {
 			return nil, "", err
 		}
 		budget -= len(ids)
-		entries, err := p.readEntries(ctx, ids, q)
+		entries, err := p.readEntries(ctx, ids, scores, q)
 		if err != nil {
 			return nil, "", err
 		}
@@ -119,9 +119,9 @@ func (p *Producer) deadPage(ctx context.Context, q DeadLetterQuery, n int) ([]ta
 }
 
 // indexRange reads up to n task ids of index older than from (nil: the
-// newest), within q's time range. more reports whether the index may hold
-// further ones; last is the position of the last id read.
-func (p *Producer) indexRange(ctx context.Context, index string, q DeadLetterQuery, from *position, n int) (ids []string, last position, more bool, err error) {
+// newest), within q's time range, with their scores. more reports whether
+// the index may hold further ones; last is the position of the last id read.
+func (p *Producer) indexRange(ctx context.Context, index string, q DeadLetterQuery, from *position, n int) (ids []string, scores []int64, last position, more bool, err error) {
 	maxS, minS := "+inf", "-inf"
 	if !q.Until.IsZero() {
 		maxS = "(" + strconv.FormatInt(q.Until.UnixMilli(), 10)
@@ -136,7 +136,7 @@ func (p *Producer) indexRange(ctx context.Context, index string, q DeadLetterQue
 		// already: count them to skip.
 		same, err := p.rdb.ZRevRangeByScore(ctx, index, &redis.ZRangeBy{Max: maxS, Min: maxS}).Result()
 		if err != nil {
-			return nil, last, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+			return nil, nil, last, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 		}
 		for _, m := range same {
 			if m >= from.member {
@@ -146,22 +146,29 @@ func (p *Producer) indexRange(ctx context.Context, index string, q DeadLetterQue
 	}
 	zs, err := p.rdb.ZRevRangeByScoreWithScores(ctx, index, &redis.ZRangeBy{Max: maxS, Min: minS, Offset: int64(skip), Count: int64(n)}).Result()
 	if err != nil {
-		return nil, last, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		return nil, nil, last, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	for _, z := range zs {
 		ids = append(ids, z.Member.(string))
+		scores = append(scores, int64(z.Score))
 	}
 	if len(zs) > 0 {
 		z := zs[len(zs)-1]
 		last = position{int64(z.Score), z.Member.(string)}
 	}
-	return ids, last, len(zs) == n, nil
+	return ids, scores, last, len(zs) == n, nil
 }
 
+// indexGrace is how old an index member must be before a reader that finds
+// no ledger entry for it drops it: the worker adds the member to the
+// global index just before it writes the entry.
+const indexGrace = time.Minute
+
 // readEntries reads the ledger entries of ids that match q, with their
-// attempts. An index entry whose ledger entry is gone (past its retention,
-// deleted) is dropped from the indexes.
-func (p *Producer) readEntries(ctx context.Context, ids []string, q DeadLetterQuery) ([]tasks.DeadLetter, error) {
+// attempts. An index member (scores: its index scores, nil when the ids
+// were not read from an index) whose ledger entry is gone (past its
+// retention, deleted) is dropped from the indexes.
+func (p *Producer) readEntries(ctx context.Context, ids []string, scores []int64, q DeadLetterQuery) ([]tasks.DeadLetter, error) {
 	entries := make([]*redis.StringCmd, len(ids))
 	attempts := make([]*redis.StringSliceCmd, len(ids))
 	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
@@ -177,9 +184,12 @@ func (p *Producer) readEntries(ctx context.Context, ids []string, q DeadLetterQu
 	}
 	out := make([]tasks.DeadLetter, 0, len(ids))
 	var gone []string
+	old := p.nowFunc().Add(-indexGrace).UnixMilli()
 	for i, id := range ids {
 		if entries[i] == nil || entries[i].Err() != nil {
-			gone = append(gone, id)
+			if scores != nil && scores[i] < old {
+				gone = append(gone, id)
+			}
 			continue
 		}
 		var e tasks.DeadLetter

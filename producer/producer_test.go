@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
@@ -331,5 +332,25 @@ func TestRepublishBooksNoPacingSlot(t *testing.T) {
 	// for the ten duplicates.
 	if gap := res.Targets[0].ProcessAt.Sub(due[4]); gap < 0 || gap > 2*time.Second {
 		t.Fatalf("e5 due %v after e4; want about a second (the duplicates booked nothing)", gap)
+	}
+}
+
+// The worker lists a dead letter in the global index just before it writes
+// the entry: a reader that meets such a fresh member without its entry
+// leaves it; an old one without an entry (expired, deleted) it drops.
+func TestListingKeepsFreshIndexMembersWithoutEntries(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	idx := tasks.Keys(b.ns).AllDeadIndex()
+	now := time.Now()
+	rdb.ZAdd(ctx, idx, redis.Z{Score: float64(now.UnixMilli()), Member: "s:fresh"},
+		redis.Z{Score: float64(now.Add(-time.Hour).UnixMilli()), Member: "s:old"})
+	if dl, _, err := b.p.DeadLetters(ctx, producer.DeadLetterQuery{}); err != nil || len(dl) != 0 {
+		t.Fatalf("DeadLetters = %+v, %v; want none (neither has an entry)", dl, err)
+	}
+	left, err := rdb.ZRange(ctx, idx, 0, -1).Result()
+	if err != nil || fmt.Sprint(left) != "[s:fresh]" {
+		t.Fatalf("index after a read: %v, %v; want the fresh member kept and the old one dropped", left, err)
 	}
 }

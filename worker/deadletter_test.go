@@ -185,12 +185,16 @@ func TestDeadLetterPagesGoOnPastReplayed(t *testing.T) {
 		b.publish(t, fmt.Sprintf("e%03d", i), "t")
 	}
 	var all []tasks.DeadLetter
-	testkit.Eventually(t, 20*time.Second, "150 dead letters", func() bool {
-		all = all[:0]
-		q := producer.DeadLetterQuery{Limit: 1000}
-		all = b.dead(t, q)
+	ok := testkit.Poll(20*time.Second, func() bool {
+		all = b.dead(t, producer.DeadLetterQuery{Limit: 1000})
 		return len(all) == n
 	})
+	if !ok {
+		q, err := b.insp.GetQueueInfo(b.ns)
+		st, _ := worker.ReadStats(ctx, b.rdb, b.ns, "s")
+		idx, _ := b.rdb.ZCard(ctx, tasks.Keys(b.ns).AllDeadIndex()).Result()
+		t.Fatalf("%d dead letters listed, index %d; queue %+v %v; stats %v; worker %+v", len(all), idx, q, err, st, b.w.Stats())
+	}
 	var newest []string
 	for _, e := range all[:100] {
 		newest = append(newest, e.TaskID)

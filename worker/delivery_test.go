@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,7 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 // Not parallel: the window check measures arrival times to tens of
 // milliseconds, and the package's other tests would load both cores.
 func TestRateLimitHolds(t *testing.T) {
+	runtime.GC() // start from a small heap, not the garbage of the heavy test before
 	const n, rate, burst = 200, 20, 5
 	b := setup(t, worker.Config{})
 	s := testkit.NewSink(t, nil)

@@ -86,7 +86,7 @@ func (d *DNS) answer(q []byte) []byte {
 		rcode = 3 // NXDOMAIN
 	}
 	binary.BigEndian.PutUint16(resp[2:], 0x8180|rcode) // response, recursion desired and available
-	binary.BigEndian.PutUint16(resp[4:], 1)           // one question
+	binary.BigEndian.PutUint16(resp[4:], 1)            // one question
 	resp = append(resp, question...)
 	if known && qtype == 1 && addr.Is4() {
 		binary.BigEndian.PutUint16(resp[6:], 1) // one answer

@@ -1,7 +1,7 @@
 package testkit
 
 import (
-	"errors"
+	"slices"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -11,11 +11,16 @@ import (
 // never saw (no task was ever enqueued) holds none.
 func QueueSize(t testing.TB, insp *asynq.Inspector, queue string) int {
 	t.Helper()
-	q, err := insp.GetQueueInfo(queue)
-	switch {
-	case errors.Is(err, asynq.ErrQueueNotFound):
+	// asynq's "no such queue" error is of an internal type: ask for the list.
+	queues, err := insp.Queues()
+	if err != nil {
+		t.Fatalf("listing queues: %v", err)
+	}
+	if !slices.Contains(queues, queue) {
 		return 0
-	case err != nil:
+	}
+	q, err := insp.GetQueueInfo(queue)
+	if err != nil {
 		t.Fatalf("reading queue %s: %v", queue, err)
 	}
 	return q.Size
