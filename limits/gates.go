@@ -19,8 +19,9 @@ type GateKeys struct {
 	InFlight string // sorted set: slot token → expiry (Unix ms)
 	Rate     string // GCRA theoretical arrival time, redis_rate's key and format
 	Pacing   string // pacing cursor: a GCRA theoretical arrival time in Unix ms
-	Waiting  string // sorted set: task id → wake-up (Unix ms) of tasks parked in asynq's schedule
-	Seen     string // prefix of the publish markers (+ event id): "<gen>:<wake ms>"
+	Waiting  string // sorted set: "<task id>@<queue>" → wake-up (Unix ms) of tasks parked in asynq's schedule
+	Seen     string // prefix of the publish markers (+ event id): "<gen>:<wake ms>:<queue>"
+	Fresh    string // GCRA theoretical arrival time (Unix ms) of the subscriber's fresh-lane share
 }
 
 // Gates are the Redis-side checks and bookkeeping of a delivery. Every
@@ -80,9 +81,10 @@ func (g *Gates) Cooldown(ctx context.Context, k GateKeys, ra RetryAfter, max tim
 // Admission is the answer of Admit. Durations are from now, in Redis'
 // clock.
 type Admission struct {
-	Token string // the in-flight slot taken; "" unless admitted
-	// SendIn is how long an admitted request must wait before it goes: the
-	// rate limiter booked it a slot that short a time ahead.
+	Token string // the in-flight slot taken; "" unless admitted now
+	// SendIn is how long a request the rate limiter booked a slot ahead
+	// must wait; it takes no in-flight slot meanwhile: it takes one with
+	// Take when its time comes.
 	SendIn    time.Duration
 	Unknown   bool          // no such subscriber, or not the generation the task was published for
 	Paused    string        // the pause reason, when paused
@@ -92,13 +94,16 @@ type Admission struct {
 	Wait      time.Duration // rate limited beyond the reservation horizon: the next request may go then
 }
 
-// Admitted reports whether the request may be sent (after SendIn).
+// Admitted reports whether the request may be sent now.
 func (a Admission) Admitted() bool { return a.Token != "" }
+
+// Reserved reports whether the request has a rate-limit slot SendIn ahead.
+func (a Admission) Reserved() bool { return a.SendIn > 0 }
 
 // AdmitRequest is what Admit checks one request against.
 type AdmitRequest struct {
 	Gen         string    // the generation the task was published for; "" takes any
-	TaskID      string    // leaves the waiting index when admitted
+	Member      string    // the task's waiting-index member: it leaves the index when admitted
 	NotBefore   time.Time // zero: none
 	Limit       Limit
 	MaxInFlight int
@@ -112,13 +117,15 @@ type AdmitRequest struct {
 // KEYS: 1 gate record, 2 cooldown, 3 in-flight, 4 GCRA, 5 waiting.
 // ARGV: 1 generation ("" any), 2 token, 3 slot ttl ms, 4 max in-flight,
 // 5 burst, 6 rate, 7 period s, 8 reserve ms, 9 not-before Unix ms (0 none),
-// 10 task id.
-// Reply {code, detail}: 0 admitted (detail: ms to wait before sending, "0"
-// now); 1 unknown subscriber or stale generation; 2 paused (reason);
-// 3 cooling down (ms left); 4 every slot busy; 5 rate limited (ms to
-// wait); 6 not before (ms left).
+// 10 waiting-index member.
+// Reply {code, detail}: 0 admitted now (an in-flight slot taken);
+// 1 unknown subscriber or stale generation; 2 paused (reason); 3 cooling
+// down (ms left); 4 every slot busy; 5 rate limited (ms to wait); 6 not
+// before (ms left); 7 a rate-limit slot booked ahead (ms to wait; no
+// in-flight slot taken: Take takes one then).
 //
-// Every gate of a delivery in one round trip, checked in order; a refusal
+// Every gate of a delivery in one round trip, checked in order (a request
+// booked ahead checks the in-flight slots later, with Take); a refusal
 // writes nothing. The rate step is redis_rate v10's GCRA (allowN with cost
 // 1), same key, same arithmetic, so the two share a limit; it is inlined
 // because a Lua script cannot call another and redis_rate cannot be
@@ -140,8 +147,6 @@ local nb = tonumber(ARGV[9])
 if nb > now_ms then return {6, string.format('%d', nb - now_ms)} end
 local cool = tonumber(redis.call('GET', KEYS[2]) or '0')
 if cool > now_ms then return {3, string.format('%d', cool - now_ms)} end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
-if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return {4, ''} end
 
 local jan_1_2017 = 1483228800
 local now = (t[1] - jan_1_2017) + (t[2] / 1000000)
@@ -153,14 +158,18 @@ tat = math.max(tat, now)
 local new_tat = tat + emission_interval
 local wait = new_tat - burst_offset - now
 if wait > 0 and wait * 1000 > tonumber(ARGV[8]) then return {5, string.format('%d', math.ceil(wait * 1000))} end
-if wait < 0 then wait = 0 end
+if wait > 0 then
+  redis.call('SET', KEYS[4], new_tat, 'EX', math.ceil(new_tat - now))
+  redis.call('ZREM', KEYS[5], ARGV[10])
+  return {7, string.format('%d', math.ceil(wait * 1000))}
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms)
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[4]) then return {4, ''} end
 redis.call('SET', KEYS[4], new_tat, 'EX', math.ceil(new_tat - now))
-
-local wait_ms = math.ceil(wait * 1000)
-redis.call('ZADD', KEYS[3], now_ms + wait_ms + tonumber(ARGV[3]), ARGV[2])
-redis.call('PEXPIRE', KEYS[3], wait_ms + tonumber(ARGV[3]) + 1000)
 redis.call('ZREM', KEYS[5], ARGV[10])
-return {0, string.format('%d', wait_ms)}`)
+redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) + 1000)
+return {0, ''}`)
 
 // Admit runs every gate for one request to the subscriber of k in one
 // round trip: it exists in the task's generation and is not paused, the
@@ -177,7 +186,7 @@ func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admissio
 	}
 	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Waiting}
 	res, err := admitScript.Run(ctx, g.rdb, keys, r.Gen, token, r.SlotTTL.Milliseconds(), r.MaxInFlight,
-		r.Limit.Burst, r.Limit.Rate, r.Limit.Period.Seconds(), r.Reserve.Milliseconds(), nb, r.TaskID).Slice()
+		r.Limit.Burst, r.Limit.Rate, r.Limit.Period.Seconds(), r.Reserve.Milliseconds(), nb, r.Member).Slice()
 	if err != nil {
 		return Admission{}, err
 	}
@@ -189,7 +198,9 @@ func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admissio
 	}
 	switch code {
 	case 0:
-		return Admission{Token: token, SendIn: ms()}, nil
+		return Admission{Token: token}, nil
+	case 7:
+		return Admission{SendIn: ms()}, nil
 	case 1:
 		return Admission{Unknown: true}, nil
 	case 2:
@@ -251,17 +262,46 @@ func (g *Gates) Pause(ctx context.Context, k GateKeys, gen, reason string) error
 	return pauseScript.Run(ctx, g.rdb, []string{k.Record}, gen, reason, time.Now().UnixMilli()).Err()
 }
 
-// KEYS[1]: cooldown. Reply: ms left of the destination's cooldown (0: none).
-var coolingScript = redis.NewScript(`
+// KEYS: 1 cooldown, 2 in-flight. ARGV: 1 token, 2 slot ttl ms, 3 max
+// in-flight. Reply {code, detail}: 0 slot taken; 3 cooling down (ms left);
+// 4 every slot busy.
+//
+// For a request whose rate-limit slot Admit booked ahead, when its time has
+// come: a 429 that arrived meanwhile holds it too, and it takes an
+// in-flight slot only now, so that waiting for its time holds none.
+var takeScript = redis.NewScript(`
 local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local cool = tonumber(redis.call('GET', KEYS[1]) or '0')
-return math.max(cool - now, 0)`)
+if cool > now_ms then return {3, string.format('%d', cool - now_ms)} end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return {4, ''} end
+redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + 1000)
+return {0, ''}`)
 
-// CoolingFor is how much longer the destination of k cools down (Redis'
-// clock). A request admitted to go a moment later asks this again before it
-// goes: a 429 that arrived meanwhile holds it too.
-func (g *Gates) CoolingFor(ctx context.Context, k GateKeys) (time.Duration, error) {
-	ms, err := coolingScript.Run(ctx, g.rdb, []string{k.Cooldown}).Int64()
-	return time.Duration(ms) * time.Millisecond, err
+// Take takes an in-flight slot for a request whose rate-limit slot Admit
+// booked and whose time has come, unless the destination cools down (or
+// every slot is taken). The answer is an Admission with Token, CoolFor or
+// Busy set.
+func (g *Gates) Take(ctx context.Context, k GateKeys, maxInFlight int, ttl time.Duration) (Admission, error) {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	res, err := takeScript.Run(ctx, g.rdb, []string{k.Cooldown, k.InFlight}, token, ttl.Milliseconds(), maxInFlight).Slice()
+	if err != nil {
+		return Admission{}, err
+	}
+	code, _ := res[0].(int64)
+	detail, _ := res[1].(string)
+	switch code {
+	case 0:
+		return Admission{Token: token}, nil
+	case 3:
+		n, _ := strconv.ParseInt(detail, 10, 64)
+		return Admission{CoolFor: time.Duration(n) * time.Millisecond}, nil
+	case 4:
+		return Admission{Busy: true}, nil
+	}
+	return Admission{}, fmt.Errorf("take: unexpected reply %v", res)
 }

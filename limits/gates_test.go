@@ -155,13 +155,30 @@ func TestAdmitRateLimitReserves(t *testing.T) {
 	if a := b.admit(t, limits.AdmitRequest{Limit: l}); a.Admitted() || a.Wait < 58*time.Second || a.Wait > time.Minute {
 		t.Fatalf("4th request, no reservation: %+v; want a wait of about a minute", a)
 	}
-	a := b.admit(t, limits.AdmitRequest{Limit: l, Reserve: 2 * time.Minute})
-	if !a.Admitted() || a.SendIn < 58*time.Second || a.SendIn > time.Minute {
-		t.Fatalf("4th request, reserving up to 2m: %+v; want admitted to send in about a minute", a)
+	a := b.admit(t, limits.AdmitRequest{Limit: l, Reserve: 2 * time.Minute, MaxInFlight: 3})
+	if !a.Reserved() || a.Admitted() || a.SendIn < 58*time.Second || a.SendIn > time.Minute {
+		t.Fatalf("4th request, reserving up to 2m: %+v; want a slot booked about a minute ahead, no in-flight slot yet", a)
 	}
-	next := b.admit(t, limits.AdmitRequest{Limit: l, Reserve: 3 * time.Minute})
-	if gap := next.SendIn - a.SendIn; !next.Admitted() || gap < time.Minute-time.Second || gap > time.Minute {
+	next := b.admit(t, limits.AdmitRequest{Limit: l, Reserve: 3 * time.Minute, MaxInFlight: 3})
+	if gap := next.SendIn - a.SendIn; !next.Reserved() || gap < time.Minute-time.Second || gap > time.Minute {
 		t.Fatalf("5th request: %+v, %v after the 4th; want one interval (1m) after it", next, gap)
+	}
+	// The three of the burst hold the three in-flight slots: a booked
+	// request that comes to Take waits, and takes one once it is free.
+	ctx := context.Background()
+	if got, err := b.g.Take(ctx, b.k, 3, time.Minute); err != nil || !got.Busy {
+		t.Fatalf("Take with every slot held: %+v, %v; want busy", got, err)
+	}
+	b.rdb.Del(ctx, b.k.InFlight)
+	if got, err := b.g.Take(ctx, b.k, 3, time.Minute); err != nil || !got.Admitted() {
+		t.Fatalf("Take with a slot free: %+v, %v", got, err)
+	}
+	// A 429 recorded meanwhile holds a booked request too.
+	if _, _, err := b.g.Cooldown(ctx, b.k, limits.RetryAfter{After: time.Minute}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.g.Take(ctx, b.k, 3, time.Minute); err != nil || got.CoolFor < 59*time.Second {
+		t.Fatalf("Take during a cooldown: %+v, %v; want cooling", got, err)
 	}
 }
 
@@ -284,15 +301,15 @@ func TestBookRefusesPausedUnlessHeldAndUnknown(t *testing.T) {
 func TestParkBooksOnlyWhenAsked(t *testing.T) {
 	b, ctx := setup(t), context.Background()
 	l := limits.Limit{Rate: 1, Burst: 1, Period: time.Minute}
-	first, err := b.g.Park(ctx, limits.Parking{Keys: b.k, Limit: l, TaskID: "s:1", Book: true})
+	first, err := b.g.Park(ctx, limits.Parking{Keys: b.k, Limit: l, Member: "s:1@q", Book: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A busy or paused task waits its hold and takes nobody's slot.
-	if in, err := b.g.Park(ctx, limits.Parking{Keys: b.k, Limit: l, TaskID: "s:busy", Hold: time.Second}); err != nil || in > time.Second {
+	if in, err := b.g.Park(ctx, limits.Parking{Keys: b.k, Limit: l, Member: "s:busy@q", Hold: time.Second}); err != nil || in > time.Second {
 		t.Fatalf("unbooked park in %v, %v; want the 1s hold", in, err)
 	}
-	second, err := b.g.Park(ctx, limits.Parking{Keys: b.k, Limit: l, TaskID: "s:2", Book: true})
+	second, err := b.g.Park(ctx, limits.Parking{Keys: b.k, Limit: l, Member: "s:2@q", Book: true})
 	if gap := second - first; err != nil || gap < 59*time.Second || gap > time.Minute {
 		t.Fatalf("second booked park %v after the first (%v); want one interval, the unbooked one took none", gap, err)
 	}

@@ -32,45 +32,67 @@ func pacingKey(k GateKeys, nb int64) string {
 	return k.Pacing + ":nb:" + strconv.FormatInt(nb/60000, 10)
 }
 
-// KEYS: 1 gate record, 2 pacing cursor, 3 waiting index, 4 publish marker.
+// KEYS: 1 gate record, 2 pacing cursor, 3 waiting index, 4 publish marker,
+// 5 fresh share.
 // ARGV: 1 interval ms (float), 2 burst, 3 not-before Unix ms (0: now),
 // 4 marker ttl ms, 5 task id, 6 "1" to book even when paused (held), "0"
-// to refuse then.
-// Reply {code, gen, wake Unix ms, ms from now until wake}: 0 booked;
+// to refuse then, 7 fresh share interval ms (float), 8 fresh share burst,
+// 9 fresh queue, 10 backlog queue.
+// Reply {code, gen, wake Unix ms, ms from now until wake, queue}: 0 booked;
 // 1 duplicate (the marker of this generation exists: nothing booked, wake
-// as first booked); 2 no such subscriber; 3 paused (nothing written).
+// and queue as first booked); 2 no such subscriber; 3 paused (nothing
+// written).
 //
-// The marker makes a re-publish book nothing, and says when the first one
-// was booked for; asynq's task id still decides what is a duplicate.
+// The marker makes a re-publish book nothing and go to the queue the first
+// publish chose, where asynq's task id makes it a duplicate. A task due now
+// goes to the fresh queue while the subscriber's fresh share allows (a GCRA
+// of its own); any other to the backlog queue.
 var bookScript = redis.NewScript(`
 local rec = redis.call('HMGET', KEYS[1], 'gen', 'paused')
-if not rec[1] then return {'2', '', '0', '0'} end
-if rec[2] and ARGV[6] ~= '1' then return {'3', rec[1], '0', '0'} end
+if not rec[1] then return {'2', '', '0', '0', ''} end
+if rec[2] and ARGV[6] ~= '1' then return {'3', rec[1], '0', '0', ''} end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local seen = redis.call('GET', KEYS[4])
 if seen then
-  local gen, wake = string.match(seen, '^(.*):(%d+)$')
-  if gen == rec[1] then return {'1', gen, wake, string.format('%d', math.max(tonumber(wake) - now, 0))} end
+  local gen, wake, q = string.match(seen, '^([^:]*):(%d+):(.*)$')
+  if gen == rec[1] then return {'1', gen, wake, string.format('%d', math.max(tonumber(wake) - now, 0)), q} end
 end
 local nb = math.max(tonumber(ARGV[3]), now)
 local interval = tonumber(ARGV[1])
 local tat = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), nb) + interval
 local wake = math.ceil(math.max(tat - interval * tonumber(ARGV[2]), nb))
 redis.call('SET', KEYS[2], string.format('%.3f', tat), 'PX', math.ceil(tat - now + 60000))
-redis.call('SET', KEYS[4], rec[1] .. ':' .. string.format('%d', wake), 'PX', ARGV[4])
-if wake - now >= 1000 then redis.call('ZADD', KEYS[3], wake, ARGV[5]) end
-return {'0', rec[1], string.format('%d', wake), string.format('%d', wake - now)}`)
+local queue = ARGV[10]
+if tonumber(ARGV[3]) == 0 and wake - now < 1000 and not rec[2] then
+  local fi = tonumber(ARGV[7])
+  local ftat = math.max(tonumber(redis.call('GET', KEYS[5]) or '0'), now) + fi
+  if ftat - fi * tonumber(ARGV[8]) <= now then
+    redis.call('SET', KEYS[5], string.format('%.3f', ftat), 'PX', math.ceil(ftat - now + 1000))
+    queue = ARGV[9]
+  end
+end
+redis.call('SET', KEYS[4], rec[1] .. ':' .. string.format('%d', wake) .. ':' .. queue, 'PX', ARGV[4])
+if wake - now >= 1000 then redis.call('ZADD', KEYS[3], wake, ARGV[5] .. '@' .. queue) end
+return {'0', rec[1], string.format('%d', wake), string.format('%d', wake - now), queue}`)
 
-// Booking asks Book for a wake-up slot for one new task.
+// Booking asks Book for a wake-up slot and a queue for one new task.
 type Booking struct {
 	Keys      GateKeys
 	Limit     Limit
 	NotBefore time.Time // zero: now
 	EventID   string    // names the publish marker
 	TaskID    string
-	MarkerTTL time.Duration // how long a re-publish books nothing (the dedup window)
-	Held      bool          // book even when the subscriber is paused
+	// MarkerTTL is how long a re-publish books nothing and goes to the
+	// queue the first one chose: at least until asynq forgets the task
+	// (the retry horizon, then the dedup window).
+	MarkerTTL time.Duration
+	Held      bool // book even when the subscriber is paused
+	// Fresh is the subscriber's share of the fresh lane: tasks due now
+	// go to FreshQueue while it allows, the others to BacklogQueue. Zero:
+	// no share, every task due now is fresh.
+	Fresh                    Limit
+	FreshQueue, BacklogQueue string
 }
 
 // Booked is Book's answer for one Booking.
@@ -85,6 +107,8 @@ type Booked struct {
 	In time.Duration
 	// At is the slot itself, in Redis' clock.
 	At time.Time
+	// Queue is the queue the task goes to (for a duplicate: the first's).
+	Queue string
 }
 
 // Book books a wake-up slot at or after NotBefore for each new task, in one
@@ -102,9 +126,14 @@ func (g *Gates) Book(ctx context.Context, bs ...Booking) ([]Booked, error) {
 				held = "1"
 			}
 			ms := float64(b.Limit.Interval()) / float64(time.Millisecond)
-			keys := []string{b.Keys.Record, pacingKey(b.Keys, nb), b.Keys.Waiting, b.Keys.Seen + b.EventID}
+			fresh := 0.0 // no share set: every task due now is fresh
+			if !b.Fresh.IsZero() {
+				fresh = float64(b.Fresh.Interval()) / float64(time.Millisecond)
+			}
+			keys := []string{b.Keys.Record, pacingKey(b.Keys, nb), b.Keys.Waiting, b.Keys.Seen + b.EventID, b.Keys.Fresh}
 			// Eval, not Run: Run's NOSCRIPT fallback cannot work inside a pipeline.
-			cmds[i] = bookScript.Eval(ctx, p, keys, ms, b.Limit.Burst, nb, b.MarkerTTL.Milliseconds(), b.TaskID, held)
+			cmds[i] = bookScript.Eval(ctx, p, keys, ms, b.Limit.Burst, nb, b.MarkerTTL.Milliseconds(), b.TaskID, held,
+				fresh, b.Fresh.Burst, b.FreshQueue, b.BacklogQueue)
 		}
 		return nil
 	})
@@ -119,7 +148,7 @@ func (g *Gates) Book(ctx context.Context, bs ...Booking) ([]Booked, error) {
 		}
 		in, _ := strconv.ParseInt(res[3], 10, 64)
 		at, _ := strconv.ParseInt(res[2], 10, 64)
-		out[i] = Booked{Gen: res[1], In: time.Duration(in) * time.Millisecond, At: time.UnixMilli(at)}
+		out[i] = Booked{Gen: res[1], In: time.Duration(in) * time.Millisecond, At: time.UnixMilli(at), Queue: res[4]}
 		switch res[0] {
 		case "1":
 			out[i].Duplicate = true
@@ -133,7 +162,7 @@ func (g *Gates) Book(ctx context.Context, bs ...Booking) ([]Booked, error) {
 }
 
 // KEYS: 1 pacing cursor, 2 waiting index. ARGV: 1 interval ms (float),
-// 2 burst, 3 not-before Unix ms (0: now), 4 task id, 5 "1" to book a slot on
+// 2 burst, 3 not-before Unix ms (0: now), 4 waiting-index member, 5 "1" to book a slot on
 // the cursor, "0" to wake at now + ARGV[6] ms without taking one.
 // Reply {wake Unix ms, ms from now}.
 var parkScript = redis.NewScript(`
@@ -156,7 +185,7 @@ return {string.format('%d', wake), string.format('%d', wake - now)}`)
 type Parking struct {
 	Keys      GateKeys
 	Limit     Limit
-	TaskID    string
+	Member    string // the task's waiting-index member (tasks.WaitingMember)
 	NotBefore time.Time // no earlier than this (zero: now)
 	// Book takes a slot on the pacing cursor: for a task waiting for the
 	// rate limit or a cooldown, whose wake-ups must be spread at the
@@ -184,7 +213,7 @@ func (g *Gates) Park(ctx context.Context, pk Parking) (time.Duration, error) {
 			cursor = pacingKey(pk.Keys, nb) // a business deadline: its own minute's cursor
 		}
 	}
-	res, err := parkScript.Run(ctx, g.rdb, []string{cursor, pk.Keys.Waiting}, ms, pk.Limit.Burst, nb, pk.TaskID, book,
+	res, err := parkScript.Run(ctx, g.rdb, []string{cursor, pk.Keys.Waiting}, ms, pk.Limit.Burst, nb, pk.Member, book,
 		pk.Hold.Milliseconds()).StringSlice()
 	if err != nil {
 		return 0, err
@@ -193,19 +222,20 @@ func (g *Gates) Park(ctx context.Context, pk Parking) (time.Duration, error) {
 	return time.Duration(in) * time.Millisecond, nil
 }
 
-// ParkIn queues a task's entry in the waiting index on a pipeline, for a
-// counted failure that waits out its backoff in asynq's retry set.
-func (g *Gates) ParkIn(ctx context.Context, p redis.Pipeliner, k GateKeys, taskID string, wake time.Time) {
-	p.ZAdd(ctx, k.Waiting, redis.Z{Score: float64(wake.UnixMilli()), Member: taskID})
+// ParkIn queues a task's entry (member) in the waiting index on a
+// pipeline, for a counted failure that waits out its backoff in asynq's
+// retry set.
+func (g *Gates) ParkIn(ctx context.Context, p redis.Pipeliner, k GateKeys, member string, wake time.Time) {
+	p.ZAdd(ctx, k.Waiting, redis.Z{Score: float64(wake.UnixMilli()), Member: member})
 }
 
 // UnparkIn queues the removal of a task from the waiting index: it ended
 // without passing Admit (dropped, dead).
-func (g *Gates) UnparkIn(ctx context.Context, p redis.Pipeliner, k GateKeys, taskID string) {
-	p.ZRem(ctx, k.Waiting, taskID)
+func (g *Gates) UnparkIn(ctx context.Context, p redis.Pipeliner, k GateKeys, member string) {
+	p.ZRem(ctx, k.Waiting, member)
 }
 
-// Waiting returns up to n task ids from the waiting index, soonest first,
+// Waiting returns up to n members of the waiting index, soonest first,
 // starting after the first skip.
 func (g *Gates) Waiting(ctx context.Context, k GateKeys, skip, n int64) ([]string, error) {
 	return g.rdb.ZRange(ctx, k.Waiting, skip, skip+n-1).Result()

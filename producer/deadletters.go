@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -307,7 +308,8 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 		o.Error = err.Error()
 		return o
 	}
-	info, err := p.inspector.GetTaskInfo(p.keys.Queue(), e.TaskID)
+	queue := cmp.Or(e.Queue, p.keys.LegacyQueue()) // an entry of the release before has none
+	info, err := p.inspector.GetTaskInfo(queue, e.TaskID)
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 		// gone (trimmed from the archive): nothing holds the id
@@ -315,7 +317,7 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 		o.Error = fmt.Sprintf("%v: %v", ErrRedisUnavailable, err)
 		return o
 	case info.State == asynq.TaskStateArchived:
-		if err := p.inspector.DeleteTask(p.keys.Queue(), e.TaskID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+		if err := p.inspector.DeleteTask(queue, e.TaskID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
 			o.Error = fmt.Sprintf("freeing the archived task: %v", err)
 			return o
 		}

@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
@@ -53,6 +55,15 @@ type Config struct {
 	RetryHorizon time.Duration
 	// MaxDataSize caps an event's data. Default 256 KiB.
 	MaxDataSize int
+	// Shards (HOOKLANE_QUEUE_SHARDS) is the number of delivery queues per
+	// lane and region. Default: what the namespace was created with, else
+	// 1 (6 on a Redis Cluster). Workers must agree: see deploy.EnsureLayout.
+	Shards int
+	// FreshShare is how many of one subscriber's tasks due now go to the
+	// fresh lane per second (and at once); the rest go to the backlog lane,
+	// so a subscriber that publishes a flood does not hold up the events of
+	// the others. Default 1000.
+	FreshShare int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -65,6 +76,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 8)
 	c.RetryHorizon = cmp.Or(c.RetryHorizon, 24*time.Hour)
 	c.MaxDataSize = cmp.Or(c.MaxDataSize, tasks.MaxDataSize)
+	c.FreshShare = cmp.Or(c.FreshShare, 1000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -81,6 +93,10 @@ func (c Config) validate() error {
 		return errors.New("producer: RetryHorizon must be at least 1s")
 	case c.MaxDataSize < 1:
 		return errors.New("producer: MaxDataSize must be positive")
+	case c.Shards < 0 || c.Shards > 256:
+		return errors.New("producer: Shards must be 0 (the namespace's) or 1-256")
+	case c.FreshShare < 1:
+		return errors.New("producer: FreshShare must be positive")
 	}
 	return nil
 }
@@ -96,6 +112,27 @@ type Producer struct {
 	gates     *limits.Gates
 	keys      tasks.Keys
 	nowFunc   func() time.Time
+
+	layoutMu sync.Mutex
+	layout   deploy.Layout // read from Redis on first use
+}
+
+// shards is the namespace's queue count per lane and region, read (or
+// written) once.
+func (p *Producer) shards(ctx context.Context) (int, error) {
+	p.layoutMu.Lock()
+	defer p.layoutMu.Unlock()
+	if p.layout.Shards == 0 {
+		l, err := deploy.EnsureLayout(ctx, p.rdb, p.keys, p.cfg.Shards)
+		if errors.Is(err, deploy.ErrLayout) {
+			return 0, err
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+		p.layout = l
+	}
+	return p.layout.Shards, nil
 }
 
 // New connects a Producer. It does not contact Redis until first used.
@@ -243,6 +280,10 @@ func (p *Producer) matching(ctx context.Context, t string) ([]tasks.Subscriber, 
 	return subs, nil
 }
 
+// PacingLead is how long before its pacing slot a paced task becomes due
+// (worker.pacingLead is the same for tasks it defers).
+const PacingLead = 500 * time.Millisecond
+
 // fanOut enqueues ev for subs. held queues a paused subscriber's event (it
 // waits until resumed); otherwise a paused subscriber is left out.
 func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, held bool) (*PublishResult, error) {
@@ -255,13 +296,22 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 	if len(subs) == 0 {
 		return res, nil
 	}
+	shards, err := p.shards(ctx)
+	if err != nil {
+		return nil, err
+	}
 	// Book each new task a wake-up slot on its subscriber's pacing cursor,
 	// so that a burst is spread at the subscriber's rate instead of queued
-	// all due now; a re-publish books nothing. One round trip for all.
+	// all due now, and a queue (fresh or backlog lane); a re-publish books
+	// nothing and goes where the first went. One round trip for all.
 	bs := make([]limits.Booking, len(subs))
 	for i, s := range subs {
+		horizon := cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)
 		bs[i] = limits.Booking{Keys: p.keys.Gates(s.ID), Limit: s.Limit, NotBefore: notBefore, EventID: ev.ID,
-			TaskID: tasks.TaskID(s.ID, ev.ID), MarkerTTL: p.cfg.DedupWindow, Held: held}
+			TaskID: tasks.TaskID(s.ID, ev.ID), MarkerTTL: horizon + p.cfg.DedupWindow, Held: held,
+			Fresh:        limits.PerSecond(p.cfg.FreshShare),
+			FreshQueue:   p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneFresh, shards),
+			BacklogQueue: p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneBacklog, shards)}
 	}
 	booked, err := p.gates.Book(ctx, bs...)
 	if err != nil {
@@ -284,16 +334,17 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 		}
 		// asynq keeps schedule times in whole seconds. A not-before time is
 		// a promise, so it is rounded up (and the gates check it again, in
-		// Redis' clock). A pacing slot is not: the task is due at the start
-		// of its slot's second and the worker waits the rest (under a
-		// second), so the limit is used in full.
+		// Redis' clock). A pacing slot is not: the task is due half a second
+		// to a second and a half before it, since asynq moves due tasks only
+		// every so often, and the worker books the slot and waits for it, so
+		// the limit is used in full.
 		if b.In >= time.Second {
-			t.ProcessAt = now.Add(b.In).Truncate(time.Second)
+			t.ProcessAt = now.Add(b.In - PacingLead).Truncate(time.Second)
 		}
 		if !notBefore.IsZero() && t.ProcessAt.Before(notBefore) {
 			t.ProcessAt = limits.CeilSecond(notBefore)
 		}
-		t.Outcome, t.Err = p.enqueue(ctx, s, ev, b.Gen, now, notBefore, t)
+		t.Outcome, t.Err = p.enqueue(ctx, s, ev, b, now, notBefore, t)
 		if t.Err != nil {
 			errs = append(errs, t.Err)
 		}
@@ -302,15 +353,16 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 	return res, errors.Join(errs...)
 }
 
-// enqueue writes one task to asynq.
-func (p *Producer) enqueue(ctx context.Context, s tasks.Subscriber, ev tasks.Event, gen string, now, notBefore time.Time, t Target) (Outcome, error) {
+// enqueue writes one task to asynq, in the queue it was booked for.
+func (p *Producer) enqueue(ctx context.Context, s tasks.Subscriber, ev tasks.Event, b limits.Booked, now, notBefore time.Time, t Target) (Outcome, error) {
+	gen := b.Gen
 	d := tasks.Delivery{
 		V: tasks.DeliveryVersion, SubscriberID: s.ID, Gen: gen, MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts),
 		Event: ev, EnqueuedAt: now, NotBefore: notBefore,
 		ExpiresAt: now.Add(cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)),
 	}
 	opts := []asynq.Option{
-		asynq.TaskID(t.TaskID), asynq.Queue(p.keys.Queue()), asynq.Retention(p.cfg.DedupWindow),
+		asynq.TaskID(t.TaskID), asynq.Queue(b.Queue), asynq.Retention(p.cfg.DedupWindow),
 		// hooklane counts attempts itself (Delivery.MaxAttempts); see tasks.AsynqMaxRetry.
 		asynq.MaxRetry(tasks.AsynqMaxRetry),
 	}
@@ -329,7 +381,7 @@ func (p *Producer) enqueue(ctx context.Context, s tasks.Subscriber, ev tasks.Eve
 		case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
 			// The id is taken: by this event, or by a task of a deleted
 			// subscriber of the same id, which would be dropped unsent.
-			if try > 0 || !p.freeStaleTask(t.TaskID, gen) {
+			if try > 0 || !p.freeStaleTask(b.Queue, t.TaskID, gen) {
 				return Duplicate, nil
 			}
 		default:
@@ -341,8 +393,8 @@ func (p *Producer) enqueue(ctx context.Context, s tasks.Subscriber, ev tasks.Eve
 // freeStaleTask deletes the task with id taskID when it belongs to another
 // generation of its subscriber and is not running, and reports whether it
 // did.
-func (p *Producer) freeStaleTask(taskID, gen string) bool {
-	info, err := p.inspector.GetTaskInfo(p.keys.Queue(), taskID)
+func (p *Producer) freeStaleTask(queue, taskID, gen string) bool {
+	info, err := p.inspector.GetTaskInfo(queue, taskID)
 	if err != nil || info.State == asynq.TaskStateActive {
 		return false
 	}
@@ -350,5 +402,5 @@ func (p *Producer) freeStaleTask(taskID, gen string) bool {
 	if json.Unmarshal(info.Payload, &d) != nil || d.Gen == "" || d.Gen == gen {
 		return false
 	}
-	return p.inspector.DeleteTask(p.keys.Queue(), taskID) == nil
+	return p.inspector.DeleteTask(queue, taskID) == nil
 }

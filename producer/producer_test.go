@@ -138,7 +138,7 @@ func TestValidationErrors(t *testing.T) {
 		t.Errorf("SendTo unknown: %v", err)
 	}
 	// None of the refused calls wrote a task.
-	if n := testkit.QueueSize(t, b.insp, b.ns); n != 0 {
+	if n := testkit.Totals(t, b.insp, b.ns).Size; n != 0 {
 		t.Errorf("queue has %d tasks after refused publishes", n)
 	}
 }
@@ -190,7 +190,7 @@ func TestPublishFanOutAndDuplicates(t *testing.T) {
 			t.Fatalf("re-publish: %s = %s, want duplicate", tg.SubscriberID, tg.Outcome)
 		}
 	}
-	info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("videos", "evt_1"))
+	info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("videos", "evt_1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestNotBeforeSchedulesRoundedUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := b.insp.GetTaskInfo(b.ns, res.Targets[0].TaskID)
+	info, err := testkit.Task(b.insp, b.ns, res.Targets[0].TaskID)
 	if err != nil {
 		t.Fatal(err)
 	}

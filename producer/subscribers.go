@@ -115,6 +115,9 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 				pl.HSet(ctx, p.keys.SubscriberConfigs(), id, b)
 				pl.Incr(ctx, p.keys.SubscriberVersion(id))
 				pl.ZAdd(ctx, p.keys.SubscriberIDs(), redis.Z{Member: id})
+				if next.Region != "" {
+					pl.SAdd(ctx, p.keys.Regions(), next.Region)
+				}
 				for _, f := range filterKeys(p.keys, next.EventTypes) {
 					pl.SAdd(ctx, f, id)
 				}
@@ -383,10 +386,14 @@ func (p *Producer) wake(ctx context.Context, id string) (int, error) {
 		if err != nil || len(ids) == 0 {
 			return woken, err
 		}
-		for _, tid := range ids {
+		for _, m := range ids {
+			queue, tid, ok := tasks.SplitWaitingMember(m)
+			if !ok {
+				continue
+			}
 			// Only a task waiting in asynq's schedule: RunTask would also
 			// revive an archived (dead) one.
-			info, err := p.inspector.GetTaskInfo(p.keys.Queue(), tid)
+			info, err := p.inspector.GetTaskInfo(queue, tid)
 			switch {
 			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 				continue
@@ -395,7 +402,7 @@ func (p *Producer) wake(ctx context.Context, id string) (int, error) {
 			case info.State != asynq.TaskStateScheduled && info.State != asynq.TaskStateRetry:
 				continue
 			}
-			if err := p.inspector.RunTask(p.keys.Queue(), tid); err == nil {
+			if err := p.inspector.RunTask(queue, tid); err == nil {
 				woken++
 			} else if !errors.Is(err, asynq.ErrTaskNotFound) {
 				return woken, err

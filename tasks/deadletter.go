@@ -17,6 +17,7 @@ type Attempt struct {
 // replayed, deleted or past the operator's retention.
 type DeadLetter struct {
 	TaskID       string    `json:"task_id"`
+	Queue        string    `json:"queue,omitempty"` // the asynq queue its archived task is in
 	SubscriberID string    `json:"subscriber_id,omitempty"`
 	Event        *Event    `json:"event,omitempty"`   // nil when the payload was unreadable
 	Payload      string    `json:"payload,omitempty"` // the raw payload, kept only when unreadable

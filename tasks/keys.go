@@ -1,6 +1,8 @@
 package tasks
 
 import (
+	"hash/fnv"
+	"strconv"
 	"strings"
 
 	"github.com/hooklane/hooklane/limits"
@@ -108,6 +110,7 @@ func (ns Keys) Gates(id string) limits.GateKeys {
 		Pacing:  ns.sub(id, "pacing"),
 		Waiting: ns.sub(id, "waiting"),
 		Seen:    ns.sub(id, "seen:"),
+		Fresh:   ns.sub(id, "fresh"),
 	}
 }
 
@@ -163,9 +166,106 @@ func (ns Keys) AllDeadIndex() string { return string(ns) + ":dead-index" }
 // worker. Lives forever.
 func (ns Keys) Counters() string { return string(ns) + ":counters" }
 
-// Queue is the asynq queue of the namespace's deliveries. asynq keeps it in
-// slot {<queue>}.
-func (ns Keys) Queue() string { return string(ns) }
+// Lanes of delivery queues. A subscriber's new tasks go to the fresh lane
+// while it publishes no more than its fresh share per second; the rest,
+// and every task that waits (a not-before time, a pacing slot ahead, a
+// pause), go to the backlog lane. Each lane has asynq Servers of its own in
+// every worker, so events of a subscriber with a small backlog never wait
+// behind another's large one.
+const (
+	LaneFresh   = "f"
+	LaneBacklog = "b"
+)
+
+// DefaultRegion names the region of subscribers without one in queue names
+// and HOOKLANE_REGIONS.
+const DefaultRegion = "default"
+
+// DeliveryQueue is the asynq queue of the tasks of subscriber sub in lane,
+// for a namespace whose queues are split in shards per lane and region.
+// The shard is a hash of the id: stable, so a re-published event meets its
+// first task in the same queue (asynq's task ids are unique per queue).
+// asynq keeps each queue in slot {<queue>}: shards spread a Cluster's
+// queue work over its masters.
+func (ns Keys) DeliveryQueue(region, sub, lane string, shards int) string {
+	return ns.ShardQueue(region, lane, Shard(sub, shards))
+}
+
+// ShardQueue is the asynq queue of one lane's shard in region ("" is
+// DefaultRegion).
+func (ns Keys) ShardQueue(region, lane string, shard int) string {
+	if region == "" {
+		region = DefaultRegion
+	}
+	return string(ns) + ":" + region + ":" + lane + strconv.Itoa(shard)
+}
+
+// OwnsQueue reports whether asynq queue q is one of the namespace's: a
+// delivery queue (ShardQueue) or the legacy one.
+func (ns Keys) OwnsQueue(q string) bool {
+	if q == ns.LegacyQueue() {
+		return true
+	}
+	rest, ok := strings.CutPrefix(q, string(ns)+":")
+	if !ok {
+		return false
+	}
+	region, shard, ok := strings.Cut(rest, ":")
+	if !ok || (region != DefaultRegion && ValidateRegion(region) != nil) || len(shard) < 2 {
+		return false
+	}
+	if lane := shard[:1]; lane != LaneFresh && lane != LaneBacklog {
+		return false
+	}
+	_, err := strconv.Atoi(shard[1:])
+	return err == nil
+}
+
+// Shard is subscriber sub's shard of n.
+func Shard(sub string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(sub))
+	return int(h.Sum32() % uint32(n))
+}
+
+// LegacyQueue is the one queue of the release before this one (layout 1):
+// workers keep delivering what it holds.
+func (ns Keys) LegacyQueue() string { return string(ns) }
+
+// Layout is a hash describing the namespace's layout, written once by the
+// first process that uses it: "version" (2) and "shards" (queues per lane
+// and region). Its own slot. Every process reads it at start and refuses
+// to run with another shard count.
+func (ns Keys) Layout() string { return string(ns) + ":layout" }
+
+// Regions is the set of regions subscribers name. Slot {<ns>:subs}. Owner:
+// producer. Workers serving every region read it to know which queues
+// exist.
+func (ns Keys) Regions() string { return ns.dir("regions") }
+
+// WaitingMember is how a task is listed in a subscriber's waiting index:
+// its id and its queue, so it can be woken where it waits.
+func WaitingMember(queue, taskID string) string { return taskID + "@" + queue }
+
+// SplitWaitingMember is WaitingMember's inverse.
+func SplitWaitingMember(m string) (queue, taskID string, ok bool) {
+	i := strings.LastIndexByte(m, '@')
+	if i < 0 {
+		return "", "", false
+	}
+	return m[i+1:], m[:i], true
+}
+
+// AsynqQueueKeys are asynq's keys of queue q that hold its backlog (its own
+// names, read only by the load harness, which counts its backlog with four
+// cheap commands instead of asynq's Inspector).
+func AsynqQueueKeys(q string) (pending, active, scheduled, retry string) {
+	pfx := "asynq:{" + q + "}:"
+	return pfx + "pending", pfx + "active", pfx + "scheduled", pfx + "retry"
+}
 
 // AsynqTask is asynq's hash of one task. It is asynq's key, not ours: the
 // worker writes only its result field there, in the pipeline that follows a

@@ -144,7 +144,7 @@ func TestValidationErrors(t *testing.T) {
 	if subs, _ := b.p.ListSubscribers(t.Context()); len(subs) != 1 {
 		t.Errorf("%d subscribers after refused writes, want 1", len(subs))
 	}
-	if n := testkit.QueueSize(t, b.insp, b.ns); n != 0 {
+	if n := testkit.Totals(t, b.insp, b.ns).Size; n != 0 {
 		t.Errorf("%d tasks after refused publishes", n)
 	}
 }

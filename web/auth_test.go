@@ -57,7 +57,7 @@ func TestAuthRefusedOnEveryProtectedPath(t *testing.T) {
 		}
 	}
 	// The queue survived every refused DELETE and pause above.
-	if q, err := b.insp.GetQueueInfo(b.ns); err != nil || q.Paused || q.Size != 1 {
+	if q, err := testkit.QueueInfo(b.insp, b.ns); err != nil || q.Paused || q.Size != 1 {
 		t.Fatalf("queue after refused requests: %+v, %v", q, err)
 	}
 	// A browser gets a basic-auth prompt for the UI.

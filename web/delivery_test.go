@@ -51,7 +51,7 @@ func TestPublishIsIdempotentAndBodyMatchesSDK(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, "two deliveries", func() bool { return len(s.Got()) >= 2 })
 	testkit.Eventually(t, 10*time.Second, "the queue to settle", func() bool {
-		q, err := b.insp.GetQueueInfo(b.ns)
+		q, err := testkit.QueueInfo(b.insp, b.ns)
 		return err == nil && q.Pending+q.Active+q.Scheduled+q.Retry == 0
 	})
 	got := s.Got()

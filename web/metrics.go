@@ -50,6 +50,7 @@ var (
 	descOldest     = desc("oldest_eligible_task_age_seconds", "Age of the oldest task that is due and waiting for a worker (asynq queue latency).", "queue")
 	descRetryWait  = desc("retry_wait_tasks", "Tasks waiting in asynq's retry state: counted failures in backoff and deferrals waiting for a deadline.", "queue")
 	descScheduled  = desc("scheduled_tasks", "Tasks waiting for a not-before time or a pacing slot.", "queue")
+	descDropped    = desc("dropped_total", "Tasks dropped unsent, by reason: deleted (their subscriber was deleted or re-created since).", "reason")
 )
 
 // subscriberCollector reads each subscriber's counters (see worker.StatsKey)
@@ -59,7 +60,7 @@ type subscriberCollector struct{ s *Server }
 
 func (c *subscriberCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descDeliveries, descResponses, descThrottled, descDeferrals, descDead,
-		descLatency, descLateness, descInFlight, descPaused, descCooldown, descOldest, descRetryWait, descScheduled} {
+		descLatency, descLateness, descInFlight, descPaused, descCooldown, descOldest, descRetryWait, descScheduled, descDropped} {
 		ch <- d
 	}
 }
@@ -138,17 +139,27 @@ func (c *subscriberCollector) collect(ctx context.Context, ch chan<- prometheus.
 		}
 		gauge(descCooldown, remaining)
 	}
-	q, err := s.insp.GetQueueInfo(s.cfg.Namespace)
+	queues, err := s.insp.Queues()
 	if err != nil {
-		// No task was ever enqueued: the queue does not exist yet.
-		q = nil
+		return err
 	}
-	if q != nil {
-		ns := s.cfg.Namespace
-		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, q.Latency.Seconds(), ns)
-		ch <- prometheus.MustNewConstMetric(descRetryWait, prometheus.GaugeValue, float64(q.Retry), ns)
-		ch <- prometheus.MustNewConstMetric(descScheduled, prometheus.GaugeValue, float64(q.Scheduled), ns)
+	for _, name := range queues {
+		if !keys.OwnsQueue(name) {
+			continue
+		}
+		q, err := s.insp.GetQueueInfo(name)
+		if err != nil {
+			continue // gone since it was listed
+		}
+		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, q.Latency.Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(descRetryWait, prometheus.GaugeValue, float64(q.Retry), name)
+		ch <- prometheus.MustNewConstMetric(descScheduled, prometheus.GaugeValue, float64(q.Scheduled), name)
 	}
+	counters, err := worker.ReadCounters(ctx, s.rdb, s.cfg.Namespace)
+	if err != nil {
+		return err
+	}
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(counters[worker.DroppedDeleted]), "deleted")
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/tasks"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -93,6 +94,8 @@ func TestMetricsAfterDeliveries(t *testing.T) {
 		return d == 3 && a == 1 && x == 1
 	})
 	fams := scrape(t, b)
+	keys := tasks.Keys(b.ns)
+	fastQ, downQ := keys.DeliveryQueue("", "fast", tasks.LaneFresh, 1), keys.DeliveryQueue("", "down", tasks.LaneFresh, 1)
 	checks := []struct {
 		name   string
 		labels map[string]string
@@ -111,12 +114,13 @@ func TestMetricsAfterDeliveries(t *testing.T) {
 		{"hooklane_in_flight", map[string]string{"subscriber": "fast"}, 0},
 		{"hooklane_subscriber_paused", map[string]string{"subscriber": "fast"}, 0},
 		{"hooklane_cooldown_remaining_seconds", map[string]string{"subscriber": "angry"}, 0},
-		{"hooklane_oldest_eligible_task_age_seconds", map[string]string{"queue": b.ns}, 0},
-		{"hooklane_retry_wait_tasks", map[string]string{"queue": b.ns}, 0},
-		{"hooklane_scheduled_tasks", map[string]string{"queue": b.ns}, 0},
-		{"asynq_queue_size", map[string]string{"queue": b.ns}, 0},
-		{"asynq_tasks_enqueued_total", map[string]string{"queue": b.ns, "state": "archived"}, 1},
-		{"asynq_queue_latency_seconds", map[string]string{"queue": b.ns}, 0},
+		{"hooklane_oldest_eligible_task_age_seconds", map[string]string{"queue": fastQ}, 0},
+		{"hooklane_retry_wait_tasks", map[string]string{"queue": fastQ}, 0},
+		{"hooklane_scheduled_tasks", map[string]string{"queue": fastQ}, 0},
+		{"hooklane_dropped_total", map[string]string{"reason": "deleted"}, 0},
+		{"asynq_queue_size", map[string]string{"queue": fastQ}, 0},
+		{"asynq_tasks_enqueued_total", map[string]string{"queue": downQ, "state": "archived"}, 1},
+		{"asynq_queue_latency_seconds", map[string]string{"queue": fastQ}, 0},
 	}
 	for _, c := range checks {
 		v, _, ok := value(fams, c.name, c.labels)

@@ -72,21 +72,22 @@ func TestMonitorIsReadOnly(t *testing.T) {
 	b := setup(t, nil)
 	b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": "http://127.0.0.1:9/x"})
 	b.call(t, "POST", "/v1/events", `{"id":"e1","type":"t","data":1,"not_before":"2099-01-01T00:00:00Z"}`)
+	q := tasks.Keys(b.ns).DeliveryQueue("", "s", tasks.LaneBacklog, 1) // where a not-before event waits
 	for _, c := range []struct{ method, path string }{
-		{"POST", "/monitoring/api/queues/" + b.ns + ":pause"},
-		{"DELETE", "/monitoring/api/queues/" + b.ns + "/scheduled_tasks/s:e1"},
-		{"POST", "/monitoring/api/queues/" + b.ns + "/scheduled_tasks/s:e1:archive"},
-		{"POST", "/monitoring/api/queues/" + b.ns + "/scheduled_tasks/s:e1:run"},
+		{"POST", "/monitoring/api/queues/" + q + ":pause"},
+		{"DELETE", "/monitoring/api/queues/" + q + "/scheduled_tasks/s:e1"},
+		{"POST", "/monitoring/api/queues/" + q + "/scheduled_tasks/s:e1:archive"},
+		{"POST", "/monitoring/api/queues/" + q + "/scheduled_tasks/s:e1:run"},
 	} {
 		if r := b.call(t, c.method, c.path, nil); r.status != http.StatusMethodNotAllowed {
 			t.Errorf("%s %s: %d %s, want 405 (read-only)", c.method, c.path, r.status, r.body)
 		}
 	}
-	info, err := b.insp.GetTaskInfo(b.ns, "s:e1")
+	info, err := testkit.Task(b.insp, b.ns, "s:e1")
 	if err != nil || info.State != asynq.TaskStateScheduled {
 		t.Fatalf("task after the refused calls: %s; want it still scheduled", testkit.State(info, err))
 	}
-	if r := b.call(t, "GET", "/monitoring/api/queues/"+b.ns, nil); r.status != 200 {
+	if r := b.call(t, "GET", "/monitoring/api/queues/"+q, nil); r.status != 200 {
 		t.Fatalf("reading still works: %d", r.status)
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/hooklane/hooklane/tasks"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -76,6 +78,14 @@ type Config struct {
 	// dead-letter ledger keeps an entry. Default 0: until it is replayed or
 	// deleted.
 	DeadLetterRetention time.Duration
+	// Shards (HOOKLANE_QUEUE_SHARDS) is the number of delivery queues per
+	// lane and region. Default: what the namespace was created with, else
+	// 1 (6 on a Redis Cluster). See deploy.EnsureLayout.
+	Shards int
+	// Regions (HOOKLANE_REGIONS, comma-separated) are the regions whose
+	// deliveries this worker claims; "default" names subscribers without a
+	// region. Default: every region (and new ones as subscribers name them).
+	Regions []string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -141,6 +151,13 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("worker: DeadLetterRetention (HOOKLANE_DEAD_LETTER_RETENTION) must not be negative (0: keep)"))
 	case c.MaxRetryAfter < time.Second:
 		errs = append(errs, errors.New("worker: MaxRetryAfter (HOOKLANE_MAX_RETRY_AFTER) must be at least 1s"))
+	case c.Shards < 0 || c.Shards > 256:
+		errs = append(errs, errors.New("worker: Shards (HOOKLANE_QUEUE_SHARDS) must be 0 (the namespace's) or 1-256"))
+	}
+	for _, r := range c.Regions {
+		if r != tasks.DefaultRegion && tasks.ValidateRegion(r) != nil {
+			errs = append(errs, fmt.Errorf("worker: Regions (HOOKLANE_REGIONS): %q: want a-z 0-9 - (1-32), or %q", r, tasks.DefaultRegion))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -198,6 +215,17 @@ func FromEnv() (Config, error) {
 	durVar("HOOKLANE_FORWARD_INTERVAL", &c.ForwardInterval, 0, false)
 	durVar("HOOKLANE_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout, 0, false)
 	durVar("HOOKLANE_DEAD_LETTER_RETENTION", &c.DeadLetterRetention, 0, true) // 0: keep
+	intVar("HOOKLANE_QUEUE_SHARDS", &c.Shards)
+	if v := os.Getenv("HOOKLANE_REGIONS"); v != "" {
+		for _, r := range strings.Split(v, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				c.Regions = append(c.Regions, r)
+			}
+		}
+		if len(c.Regions) == 0 {
+			errs = append(errs, errors.New("HOOKLANE_REGIONS: names no region"))
+		}
+	}
 	if v := os.Getenv("HOOKLANE_ALLOWED_CIDRS"); v != "" {
 		var err error
 		if c.AllowedCIDRs, err = ParseCIDRs(v); err != nil {

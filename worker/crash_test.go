@@ -199,7 +199,8 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 	})
 	b := newCrashBundle(t, ns, tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 1})
 	coolKey := tasks.Keys(ns).Gates("s").Cooldown
-	q := "asynq:{" + ns + "}:"
+	// A burst this small goes to the fresh lane's one queue.
+	q := "asynq:{" + tasks.Keys(ns).DeliveryQueue("", "s", tasks.LaneFresh, 1) + "}:"
 
 	var w *proc
 	var proxy *faultProxy
@@ -233,7 +234,7 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 			mu.Lock()
 			id := first
 			mu.Unlock()
-			info, err := b.insp.GetTaskInfo(ns, tasks.TaskID("s", id))
+			info, err := testkit.Task(b.insp, ns, tasks.TaskID("s", id))
 			return id != "" && err == nil && info.State == asynq.TaskStateRetry
 		})
 		at := w.kill()
@@ -273,7 +274,7 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 				again = h.At.Sub(killedAt)
 			}
 		}
-		info, err := b.insp.GetTaskInfo(ns, tasks.TaskID("s", firstID))
+		info, err := testkit.Task(b.insp, ns, tasks.TaskID("s", firstID))
 		if err != nil {
 			t.Fatalf("the throttled task: %v", err)
 		}
@@ -346,7 +347,7 @@ func TestSIGTERMDuringBurst(t *testing.T) {
 	if took > shutdownTimeout+2*time.Second {
 		t.Errorf("shutdown took %v with a %v shutdown timeout", took, shutdownTimeout)
 	}
-	q, err := b.insp.GetQueueInfo(b.ns)
+	q, err := testkit.QueueInfo(b.insp, b.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +355,7 @@ func TestSIGTERMDuringBurst(t *testing.T) {
 		t.Errorf("%d tasks left active after shutdown: they would wait a minute for lease recovery", q.Active)
 	}
 	for i := range 5 {
-		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", fmt.Sprintf("slow%03d", i)))
+		info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", fmt.Sprintf("slow%03d", i)))
 		if err != nil || info.State != asynq.TaskStatePending {
 			t.Errorf("slow%03d after shutdown: %s, want pending (put back)", i, testkit.State(info, err))
 		}

@@ -51,7 +51,7 @@ func crashOnLastAttempt(t *testing.T) func(*testing.T) {
 			dl, _, err = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{Subscriber: "s"})
 			return err == nil && len(dl) == 1
 		})
-		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e000"))
+		info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e000"))
 		if err != nil {
 			t.Fatalf("the task: %v", err)
 		}
@@ -87,7 +87,7 @@ func crashBeforeArchive(t *testing.T) func(*testing.T) {
 	b := newCrashBundle(t, ns, tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast})
 	proxy := newFaultProxy(t, redisSrv.Addr)
 	w := startProc(t, proxy.URL(), ns)
-	q := "asynq:{" + ns + "}:"
+	q := "asynq:{" + tasks.Keys(ns).DeliveryQueue("", "s", tasks.LaneFresh, 1) + "}:"
 	id := tasks.TaskID("s", "e000")
 	proxy.arm(respKeys(q+"t:"+id, q+"active", q+"lease", q+"archived"), func() { _ = w.cmd.Process.Signal(syscall.SIGKILL) })
 	b.publishN(t, "e", 1)
@@ -113,7 +113,7 @@ func crashBeforeArchive(t *testing.T) func(*testing.T) {
 			t.Errorf("replay while the task was not dead: %+v; want it not re-sent", early)
 		}
 		testkit.Eventually(t, 150*time.Second, "the recovered task delivered", func() bool {
-			info, err := b.insp.GetTaskInfo(ns, id)
+			info, err := testkit.Task(b.insp, ns, id)
 			return err == nil && info.State == asynq.TaskStateCompleted
 		})
 		testkit.Eventually(t, 10*time.Second, "the stale ledger entry cleared by the delivery", func() bool {

@@ -34,7 +34,7 @@ func TestDeletedSubscriberBacklogIsDropped(t *testing.T) {
 		}
 	}
 	testkit.Eventually(t, 10*time.Second, "the backlog held while paused", func() bool {
-		q, err := b.insp.GetQueueInfo(b.ns)
+		q, err := testkit.QueueInfo(b.insp, b.ns)
 		return err == nil && q.Retry == n
 	})
 	if err := b.p.DeleteSubscriber(ctx, "s"); err != nil {
@@ -52,7 +52,7 @@ func TestDeletedSubscriberBacklogIsDropped(t *testing.T) {
 	if dl := b.dead(t, producer.DeadLetterQuery{IncludeReplayed: true}); len(dl) != 0 {
 		t.Fatalf("%d ledger entries for dropped events, want none", len(dl))
 	}
-	q, err := b.insp.GetQueueInfo(b.ns)
+	q, err := testkit.QueueInfo(b.insp, b.ns)
 	if err != nil || q.Archived != 0 || q.Completed != 0 {
 		t.Fatalf("queue %+v, %v: dropped tasks are removed, not archived or kept", q, err)
 	}

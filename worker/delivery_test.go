@@ -36,7 +36,7 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 	}
 	id := tasks.TaskID("s", "evt_1")
 	testkit.Eventually(t, 10*time.Second, "completion", func() bool {
-		info, err := b.insp.GetTaskInfo(b.ns, id)
+		info, err := testkit.Task(b.insp, b.ns, id)
 		return err == nil && info.State == asynq.TaskStateCompleted
 	})
 	// Inside the dedup window the completed task still holds its id.
@@ -49,7 +49,7 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 	}
 	var info *asynq.TaskInfo
 	testkit.Eventually(t, 5*time.Second, "result written", func() bool {
-		info, _ = b.insp.GetTaskInfo(b.ns, id)
+		info, _ = testkit.Task(b.insp, b.ns, id)
 		return info != nil && len(info.Result) > 0
 	})
 	var res worker.Result
@@ -147,7 +147,7 @@ func testRetryAfter(t *testing.T, header func(received time.Time) (value string,
 		t.Fatalf("counters %v: want one retry_after deferral and %d delivered", st, n)
 	}
 	id := tasks.TaskID("s", first)
-	info, err := b.insp.GetTaskInfo(b.ns, id)
+	info, err := testkit.Task(b.insp, b.ns, id)
 	if err != nil {
 		t.Fatalf("throttled task: %v", err)
 	}
@@ -214,7 +214,7 @@ func TestAlways500IsDeadLettered(t *testing.T) {
 	var info *asynq.TaskInfo
 	testkit.Eventually(t, 20*time.Second, "archived", func() bool {
 		var err error
-		info, err = b.insp.GetTaskInfo(b.ns, id)
+		info, err = testkit.Task(b.insp, b.ns, id)
 		return err == nil && info.State == asynq.TaskStateArchived
 	})
 	if want := "attempt 3 of 3: HTTP 500 Internal Server Error"; !strings.Contains(info.LastErr, want) {
@@ -248,7 +248,7 @@ func TestGoneDeadLettersAndPauses(t *testing.T) {
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
 	b.publish(t, "e1", "t")
 	testkit.Eventually(t, 10*time.Second, "archived", func() bool {
-		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e1"))
+		info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e1"))
 		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "HTTP 410 Gone")
 	})
 	sub, err := b.p.GetSubscriber(context.Background(), "s")
@@ -338,7 +338,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 1})
 	b.publish(t, "e", "t")
 	testkit.Eventually(t, 10*time.Second, "archived", func() bool {
-		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+		info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "HTTP 302")
 	})
 	if target.Count() != 0 {
@@ -360,7 +360,7 @@ func TestUndecodablePayloadIsDeadLettered(t *testing.T) {
 	}
 	for _, id := range []string{"s:bad", "bad"} {
 		testkit.Eventually(t, 10*time.Second, "archived", func() bool {
-			info, err := b.insp.GetTaskInfo(b.ns, id)
+			info, err := testkit.Task(b.insp, b.ns, id)
 			return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "undecodable payload")
 		})
 		if e := b.ledgerEntry(t, id); e.Reason != worker.DeadUndecodable || e.Payload != "{not json" || e.Event != nil {
@@ -412,7 +412,7 @@ func TestLedgerWriteFailureRetriesTheTask(t *testing.T) {
 	}
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	testkit.Eventually(t, 20*time.Second, "archived after the retry", func() bool {
-		info, err := insp.GetTaskInfo(ns, "s:e1")
+		info, err := testkit.Task(insp, ns, "s:e1")
 		return err == nil && info.State == asynq.TaskStateArchived
 	})
 	if proxy.failures() != 1 {
@@ -437,7 +437,7 @@ func TestSSRFGuardRefusesUnlistedLoopback(t *testing.T) {
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
 	b.publish(t, "e", "t")
 	testkit.Eventually(t, 10*time.Second, "archived", func() bool {
-		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+		info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateArchived && strings.Contains(info.LastErr, "address not allowed")
 	})
 	if s.Count() != 0 {

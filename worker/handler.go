@@ -109,6 +109,8 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 
 func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	r.taskID, _ = asynq.GetTaskID(ctx)
+	r.queue, _ = asynq.GetQueueName(ctx)
+	r.member = tasks.WaitingMember(r.queue, r.taskID)
 	r.retried, _ = asynq.GetRetryCount(ctx)
 	r.payload = t.Payload()
 	d, err := tasks.DecodeDelivery(t.Payload())
@@ -182,12 +184,21 @@ func (h *handler) infra(what, sub string, err error) error {
 	return &infraError{fmt.Errorf("%s: %w", what, err)}
 }
 
+// pacingLead is how long before its pacing slot a paced task becomes due:
+// asynq moves due tasks to pending only every ForwardInterval and in whole
+// seconds, so a task due exactly at its slot would reach the rate limiter
+// late, and the limit would go unused for as long. A task that comes
+// early books its slot ahead (Admit's reservation) and waits for it here.
+const pacingLead = 500 * time.Millisecond
+
 // deferTo parks the task and reschedules it, or dead-letters it when its
 // wake-up is past its retry horizon. pk.Book spreads the wake-ups of the
 // destination's waiting tasks at its rate (rate limit, cooldown,
-// not-before); without it the task waits pk.Hold and takes nobody's slot.
-func (h *handler) deferTo(ctx context.Context, d *tasks.Delivery, r *run, gate string, pk limits.Parking, reason string) error {
-	pk.Keys, pk.TaskID = r.keys, r.taskID
+// not-before): such a task wakes pacingLead before its slot's second, but
+// never before floor (a cooldown's end, a not-before time). Without Book
+// it waits pk.Hold and takes nobody's slot.
+func (h *handler) deferTo(ctx context.Context, d *tasks.Delivery, r *run, gate string, pk limits.Parking, floor time.Time, reason string) error {
+	pk.Keys, pk.Member = r.keys, r.member
 	in, err := h.gates.Park(ctx, pk)
 	if err != nil {
 		return h.infra("park", r.sub, err)
@@ -197,12 +208,9 @@ func (h *handler) deferTo(ctx context.Context, d *tasks.Delivery, r *run, gate s
 		return dead(DeadHorizon, "retry horizon %s passed while %s", stamp(d.ExpiresAt), reason)
 	}
 	if pk.Book {
-		// Due at the start of the slot's second (the rate limiter books the
-		// rest), but never before the time the wait is for, which
-		// DeferredError rounds up.
-		until = until.Truncate(time.Second)
-		if !pk.NotBefore.IsZero() && until.Before(pk.NotBefore) {
-			until = pk.NotBefore
+		until = until.Add(-pacingLead).Truncate(time.Second)
+		if until.Before(floor) {
+			until = floor // DeferredError rounds it up
 		}
 	}
 	return &limits.DeferredError{Until: until, Gate: gate, Reason: reason}
@@ -212,70 +220,78 @@ func (h *handler) deferTo(ctx context.Context, d *tasks.Delivery, r *run, gate s
 // back in the same instant.
 func jitter(d time.Duration) time.Duration { return d + rand.N(d/4+1) }
 
-// admit passes every gate, waiting in this process for at most MaxWait: for
-// a rate-limit slot booked that far ahead, or in the destination's busy
-// lane for a free in-flight slot. It returns the in-flight token.
+// admit passes every gate, waiting in this process for at most MaxWait:
+// for a rate-limit slot booked that far ahead (plus the second a paced
+// task may come early), or in the destination's busy lane for a free
+// in-flight slot. It returns the in-flight token.
 func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, r *run) (string, error) {
 	maxWait := h.cfg.maxWait()
-	req := limits.AdmitRequest{Gen: d.Gen, TaskID: r.taskID, NotBefore: d.NotBefore, Limit: sub.Limit,
+	req := limits.AdmitRequest{Gen: d.Gen, Member: r.member, NotBefore: d.NotBefore, Limit: sub.Limit,
 		MaxInFlight: sub.MaxInFlight, SlotTTL: h.cfg.RequestTimeout + maxWait + 5*time.Second}
-	var l *lane
 	if maxWait > 0 {
-		var ok bool
-		if l, ok = h.room.enter(sub.ID); ok {
-			defer h.room.leave(sub.ID, l)
-			req.Reserve = maxWait
-		}
+		// Waiting for a slot of one's own, booked ahead, is bounded and keeps
+		// the destination at its rate: it takes no place in the busy lanes.
+		req.Reserve = maxWait + time.Second
 	}
-	deadline := time.Now().Add(maxWait)
 	const poll = 20 * time.Millisecond
-	head := false
+	var deadline time.Time // of the wait in the busy lane, once entered
+	var l *lane
+	head, reserved := false, false
 	defer func() {
 		if head {
 			l.unlock()
 		}
+		if l != nil {
+			h.room.leave(sub.ID, l)
+		}
 	}()
 	for {
-		a, err := h.gates.Admit(ctx, r.keys, req)
+		var a limits.Admission
+		var err error
+		if reserved {
+			a, err = h.gates.Take(ctx, r.keys, sub.MaxInFlight, req.SlotTTL)
+		} else {
+			a, err = h.gates.Admit(ctx, r.keys, req)
+		}
 		switch {
 		case err != nil:
 			return "", h.infra("admit", sub.ID, err)
 		case a.Admitted():
-			if a.SendIn == 0 {
-				return a.Token, nil
-			}
-			if !sleep(ctx, a.SendIn) {
-				// Shutting down: the slot is released with the run and asynq
-				// puts the task back.
-				return a.Token, ctx.Err()
-			}
-			// A 429 may have come in while this request waited for its slot.
-			cool, err := h.gates.CoolingFor(ctx, r.keys)
-			switch {
-			case err != nil:
-				return a.Token, h.infra("cooldown", sub.ID, err)
-			case cool > 0:
-				r.token = a.Token // released with the run
-				until := time.Now().Add(cool)
-				return a.Token, h.deferTo(ctx, d, r, GateCooldown, limits.Parking{Limit: sub.Limit, Book: true, NotBefore: until},
-					"destination cooling down until "+stamp(until))
-			}
 			return a.Token, nil
+		case a.Reserved():
+			// A rate-limit slot of its own, a moment ahead: wait for it, then
+			// take an in-flight slot (Take), unless a 429 came in meanwhile.
+			if !sleep(ctx, a.SendIn) {
+				return "", ctx.Err() // shutting down: asynq puts the task back
+			}
+			reserved = true
 		case a.Unknown:
 			h.subs.forget(sub.ID)
 			return "", &droppedError{fmt.Sprintf("subscriber %s was deleted or re-created since this event was published: not sent", sub.ID)}
 		case a.Paused != "":
-			return "", h.deferTo(ctx, d, r, GatePaused, limits.Parking{Hold: jitter(h.cfg.PauseRecheck)}, "subscriber paused ("+a.Paused+")")
+			return "", h.deferTo(ctx, d, r, GatePaused, limits.Parking{Hold: jitter(h.cfg.PauseRecheck)}, time.Time{},
+				"subscriber paused ("+a.Paused+")")
 		case a.NotBefore > 0:
 			return "", h.deferTo(ctx, d, r, GateNotBefore, limits.Parking{Limit: sub.Limit, Book: true, NotBefore: d.NotBefore},
-				"not before "+stamp(d.NotBefore))
+				d.NotBefore, "not before "+stamp(d.NotBefore))
 		case a.CoolFor > 0:
 			until := time.Now().Add(a.CoolFor)
 			return "", h.deferTo(ctx, d, r, GateCooldown, limits.Parking{Limit: sub.Limit, Book: true, NotBefore: until},
-				"destination cooling down until "+stamp(until))
+				until, "destination cooling down until "+stamp(until))
 		case a.Busy:
-			// Wait for a slot as the busy lane's head, if there is room.
-			if l == nil || (!head && !l.lock(ctx, deadline)) {
+			// Wait for a free slot in the destination's busy lane, if it and
+			// the process have room, as the lane's head.
+			if l == nil {
+				var ok bool
+				if maxWait == 0 {
+					return "", h.deferBusy(ctx, d, r, sub)
+				}
+				if l, ok = h.room.enter(sub.ID); !ok {
+					return "", h.deferBusy(ctx, d, r, sub)
+				}
+				deadline = time.Now().Add(maxWait)
+			}
+			if !head && !l.lock(ctx, deadline) {
 				return "", h.deferBusy(ctx, d, r, sub)
 			}
 			head = true
@@ -284,7 +300,7 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 			}
 		default: // rate limited beyond what may be waited here
 			return "", h.deferTo(ctx, d, r, GateRateLimit, limits.Parking{Limit: sub.Limit, Book: true, NotBefore: time.Now().Add(a.Wait)},
-				"rate limit "+sub.Limit.String())
+				time.Time{}, "rate limit "+sub.Limit.String())
 		}
 	}
 }
@@ -292,7 +308,7 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 // deferBusy defers a task whose destination has every in-flight slot taken:
 // it comes back in about a second, taking no pacing slot.
 func (h *handler) deferBusy(ctx context.Context, d *tasks.Delivery, r *run, sub *tasks.Subscriber) error {
-	return h.deferTo(ctx, d, r, GateInFlight, limits.Parking{Hold: jitter(time.Second)},
+	return h.deferTo(ctx, d, r, GateInFlight, limits.Parking{Hold: jitter(time.Second)}, time.Time{},
 		fmt.Sprintf("max in-flight %d reached", sub.MaxInFlight))
 }
 

@@ -156,7 +156,7 @@ func TestEndlessBodyIsCut(t *testing.T) {
 	b.put(t, tasks.Subscriber{ID: "s", URL: url})
 	b.publish(t, "e", "t")
 	testkit.Eventually(t, 10*time.Second, "completed", func() bool {
-		info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+		info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateCompleted
 	})
 	var took time.Duration
@@ -186,7 +186,7 @@ func TestHugeRetryAfterIsCapped(t *testing.T) {
 	var info *asynq.TaskInfo
 	testkit.Eventually(t, 10*time.Second, "rescheduled", func() bool {
 		var err error
-		info, err = b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+		info, err = testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e"))
 		return err == nil && info.State == asynq.TaskStateRetry
 	})
 	if next := info.NextProcessAt.Sub(start); next < 10*time.Minute-time.Second || next > 10*time.Minute+5*time.Second {

@@ -20,7 +20,7 @@ import (
 // task's removal from the waiting index. fields are the run's counters.
 func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields []string) error {
 	now := time.Now()
-	e := tasks.DeadLetter{TaskID: r.taskID, SubscriberID: r.sub, Reason: DeadUndecodable, Error: err.Error(), DeadAt: now}
+	e := tasks.DeadLetter{TaskID: r.taskID, Queue: r.queue, SubscriberID: r.sub, Reason: DeadUndecodable, Error: err.Error(), DeadAt: now}
 	var dl *deadLetter
 	if errors.As(err, &dl) {
 		e.Reason = dl.reason
@@ -48,7 +48,7 @@ func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields
 			// First, so that the ledger's own ttl (below) is the one kept
 			// on the attempt list, not a retrying task's.
 			h.count(ctx, p, r, fields, nil)
-			h.gates.UnparkIn(ctx, p, r.keys, r.taskID)
+			h.gates.UnparkIn(ctx, p, r.keys, r.member)
 		}
 		p.Set(ctx, lk.Entry, b, retention)
 		if retention > 0 {

@@ -139,7 +139,7 @@ func startWorker(t testing.TB, rdb *redis.Client, ns string, cfg worker.Config) 
 
 // settled reports whether nothing in the namespace's queue is still to run.
 func (b *bundle) settled(t testing.TB) bool {
-	q, err := b.insp.GetQueueInfo(b.ns)
+	q, err := testkit.QueueInfo(b.insp, b.ns)
 	if err != nil {
 		return false
 	}

@@ -318,7 +318,7 @@ func settle(t testing.TB, insp *asynq.Inspector, ns, sub string, ids []string, r
 				continue
 			}
 			all = false
-			info, err := insp.GetTaskInfo(ns, tasks.TaskID(sub, id))
+			info, err := testkit.Task(insp, ns, tasks.TaskID(sub, id))
 			if err != nil {
 				why[id] = err.Error()
 				continue
@@ -330,7 +330,7 @@ func settle(t testing.TB, insp *asynq.Inspector, ns, sub string, ids []string, r
 	// Stop early when the queue has nothing left to run: a task that is
 	// neither there nor finished is gone and waiting will not bring it back.
 	idle := func() bool {
-		q, err := insp.GetQueueInfo(ns)
+		q, err := testkit.QueueInfo(insp, ns)
 		return err == nil && q.Pending+q.Active+q.Scheduled+q.Retry+q.Aggregating == 0
 	}
 	testkit.PollEvery(timeout, 100*time.Millisecond, func() bool { return done() || idle() })

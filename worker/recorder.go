@@ -89,7 +89,7 @@ func (h *handler) recordDropped(ctx context.Context, r *run, err error) error {
 		if r.token != "" {
 			h.gates.ReleaseIn(ctx, p, r.keys, r.token)
 		}
-		h.gates.UnparkIn(ctx, p, r.keys, r.taskID)
+		h.gates.UnparkIn(ctx, p, r.keys, r.member)
 		p.Del(ctx, h.keys.Ledger(r.taskID).Attempts)
 		return nil
 	})
@@ -134,7 +134,7 @@ func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields [
 		}
 	}
 	if !r.retryAt.IsZero() {
-		h.gates.ParkIn(ctx, p, r.keys, r.taskID, r.retryAt)
+		h.gates.ParkIn(ctx, p, r.keys, r.member, r.retryAt)
 	}
 	key := h.keys.Stats(r.sub)
 	for _, f := range fields {
@@ -143,7 +143,7 @@ func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields [
 	if r.delivered {
 		// What asynq's ResultWriter does, but in this pipeline instead of a
 		// round trip of its own.
-		resultScript.Eval(ctx, p, []string{h.keys.AsynqTask(h.keys.Queue(), r.taskID)}, r.result)
+		resultScript.Eval(ctx, p, []string{h.keys.AsynqTask(r.queue, r.taskID)}, r.result)
 		inc(key, "e2e_sum_ms", r.e2e.Milliseconds())
 		inc(key, "late_sum_ms", r.late.Milliseconds())
 	}

@@ -92,7 +92,7 @@ func TestPanicReleasesItsSlot(t *testing.T) {
 		n, err := rdb.ZCard(ctx, tasks.Keys(ns).Gates("s").InFlight).Result()
 		return err == nil && n == 0
 	})
-	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(ns, "s:e1")
+	info, err := testkit.Task(asynq.NewInspectorFromRedisClient(rdb), ns, "s:e1")
 	if err != nil || info.State != asynq.TaskStateRetry || info.Retried != 1 || !strings.Contains(info.LastErr, "panicked") {
 		t.Fatalf("the panicked task: %s; want retrying, one attempt spent, the panic named", testkit.State(info, err))
 	}

@@ -146,7 +146,7 @@ func testRedisRestart(t *testing.T, kill bool) {
 	took := time.Since(start)
 	recovered := 0
 	for _, id := range acked {
-		if info, err := insp.GetTaskInfo(ns, tasks.TaskID("s", id)); err == nil && info.Retried > 0 {
+		if info, err := testkit.Task(insp, ns, tasks.TaskID("s", id)); err == nil && info.Retried > 0 {
 			recovered++
 		}
 	}
@@ -208,7 +208,7 @@ func TestPublishWhenRedisGoesAway(t *testing.T) {
 	}
 	defer p.Close()
 	// Redis becomes unreachable just as b's task is about to be written.
-	proxy.arm(respKeys("asynq:{"+ns+"}:t:"+tasks.TaskID("b", "e1")), func() {})
+	proxy.arm(respKeys("asynq:{"+tasks.Keys(ns).DeliveryQueue("", "b", tasks.LaneFresh, 1)+"}:t:"+tasks.TaskID("b", "e1")), func() {})
 	ev := tasks.Event{ID: "e1", Type: "t", Data: []byte(`1`)}
 	start := time.Now()
 	res, err := p.Publish(ctx, ev, nil)
@@ -223,7 +223,7 @@ func TestPublishWhenRedisGoesAway(t *testing.T) {
 	}
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	for _, sub := range []string{"b", "c"} {
-		if _, err := insp.GetTaskInfo(ns, tasks.TaskID(sub, "e1")); !errors.Is(err, asynq.ErrTaskNotFound) {
+		if _, err := testkit.Task(insp, ns, tasks.TaskID(sub, "e1")); !errors.Is(err, asynq.ErrTaskNotFound) {
 			t.Errorf("task for %s after a failed publish: %v, want none", sub, err)
 		}
 	}
@@ -245,7 +245,7 @@ func TestPublishWhenRedisGoesAway(t *testing.T) {
 		testkit.Eventually(t, 10*time.Second, "delivery to "+id, func() bool { return len(rc.Got()) > 0 })
 	}
 	testkit.Eventually(t, 10*time.Second, "queue settled", func() bool {
-		q, err := insp.GetQueueInfo(ns)
+		q, err := testkit.QueueInfo(insp, ns)
 		return err == nil && q.Completed == 3 && q.Pending+q.Active+q.Scheduled+q.Retry == 0
 	})
 	for id, rc := range rcs {

@@ -30,7 +30,7 @@ func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 	publishOne(t, p, "e")
 	<-entered
 	stop() // as on SIGTERM, while the request is held open
-	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(ns, tasks.TaskID("s", "e"))
+	info, err := testkit.Task(asynq.NewInspectorFromRedisClient(rdb), ns, tasks.TaskID("s", "e"))
 	if err != nil || info.State != asynq.TaskStateCompleted {
 		t.Fatalf("after shutdown the task is %s, want completed", testkit.State(info, err))
 	}
@@ -60,7 +60,7 @@ func TestShutdownRequeuesWhatCannotFinish(t *testing.T) {
 	if took := time.Since(start); took > 4*time.Second {
 		t.Fatalf("shutdown took %v with a 1s ShutdownTimeout", took)
 	}
-	info, err := asynq.NewInspectorFromRedisClient(rdb).GetTaskInfo(ns, tasks.TaskID("s", "e"))
+	info, err := testkit.Task(asynq.NewInspectorFromRedisClient(rdb), ns, tasks.TaskID("s", "e"))
 	if err != nil || info.State != asynq.TaskStatePending {
 		t.Fatalf("after shutdown the task is %s, want pending (requeued)", testkit.State(info, err))
 	}

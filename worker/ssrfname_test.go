@@ -42,7 +42,7 @@ func TestSSRFGuardRefusesANameResolvingToARefusedAddress(t *testing.T) {
 				return
 			}
 			testkit.Eventually(t, 10*time.Second, "archived", func() bool {
-				info, err := b.insp.GetTaskInfo(b.ns, tasks.TaskID("s", "e"))
+				info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e"))
 				return err == nil && info.State == asynq.TaskStateArchived
 			})
 			dl := b.dead(t, producer.DeadLetterQuery{})

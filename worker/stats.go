@@ -65,6 +65,8 @@ type Stats struct {
 // the in-flight slot's release, in one pipeline when the run ends.
 type run struct {
 	taskID      string
+	queue       string // the asynq queue the task is in
+	member      string // its waiting-index member
 	payload     []byte
 	d           *tasks.Delivery // nil when the payload was unreadable
 	keys        limits.GateKeys

@@ -16,7 +16,6 @@ import (
 // Worker is hooklane's asynq server with the delivery handler.
 type Worker struct {
 	cfg      Config
-	srv      *asynq.Server
 	rdb      redis.UniversalClient
 	ownRDB   bool
 	handler  asynq.Handler
@@ -56,17 +55,6 @@ func New(cfg Config) (*Worker, error) {
 		room: newWaitRoom(cfg.MaxWaiters, cfg.MaxWaiting), subs: newSubCache(time.Second), log: cfg.Logger, stats: &w.stats,
 	}
 	w.h = h
-	w.srv = asynq.NewServerFromRedisClient(w.rdb, asynq.Config{
-		Concurrency:              cfg.Concurrency,
-		Queues:                   map[string]int{keys.Queue(): 1},
-		IsFailure:                isFailure,
-		RetryDelayFunc:           h.retryDelay,
-		TaskCheckInterval:        cfg.PollInterval,
-		DelayedTaskCheckInterval: cfg.ForwardInterval,
-		ShutdownTimeout:          cfg.ShutdownTimeout,
-		Logger:                   asynqLogger{cfg.Logger},
-		LogLevel:                 asynq.WarnLevel,
-	})
 	h.recorder = newRecorder(h)
 	w.recorder = h.recorder
 	mux := asynq.NewServeMux()
@@ -82,13 +70,19 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.warnAboutRedis(ctx)
 	go w.recorder.run()
 	defer w.recorder.close() // before the Redis client closes: its last batch goes out
-	if err := w.srv.Start(w.handler); err != nil {
+	srvs, err := w.startServers(ctx)
+	if err != nil {
+		w.closeRDB()
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for Redis
+		}
 		return err
 	}
-	w.cfg.Logger.Info("worker started", "namespace", w.cfg.Namespace, "concurrency", w.cfg.Concurrency)
+	w.cfg.Logger.Info("worker started", "namespace", w.cfg.Namespace, "concurrency", w.cfg.Concurrency,
+		"queue_shards", srvs.shards, "regions", len(srvs.byName)/2)
 	<-ctx.Done()
 	w.cfg.Logger.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
-	w.srv.Shutdown()
+	srvs.shutdown()
 	w.recorder.close()
 	w.h.client.CloseIdleConnections()
 	if w.ownRDB {
@@ -99,7 +93,9 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // Close releases the Redis connection the Worker opened, for a Worker that
 // was never Run (Run closes it on return).
-func (w *Worker) Close() error {
+func (w *Worker) Close() error { return w.closeRDB() }
+
+func (w *Worker) closeRDB() error {
 	if w.ownRDB {
 		return w.rdb.Close()
 	}

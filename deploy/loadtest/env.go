@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
 )
 
@@ -266,28 +267,22 @@ type QueueSample struct {
 // Backlog is everything not yet settled.
 func (q QueueSample) Backlog() int64 { return q.Pending + q.Active + q.Later }
 
-// sampler reads the queue's backlog every second with one pipelined round
-// trip of four commands (asynq's own key layout), so that its share of the
-// Redis counters is known and small.
+// sampler reads the backlog of a scenario's queues every second with one
+// pipelined round trip of four commands per queue (asynq's own key
+// layout), so that its share of the Redis counters is known and small.
 type sampler struct {
 	mu      sync.Mutex
 	samples []QueueSample
 }
 
-func (s *sampler) run(ctx context.Context, rdb *redis.Client, queue string, start time.Time) {
-	pfx := "asynq:{" + queue + "}:"
+func (s *sampler) run(ctx context.Context, rdb redis.UniversalClient, queues func() []string, start time.Time) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		var p, a, sc, r *redis.IntCmd
-		_, err := rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-			p, a = pl.LLen(ctx, pfx+"pending"), pl.LLen(ctx, pfx+"active")
-			sc, r = pl.ZCard(ctx, pfx+"scheduled"), pl.ZCard(ctx, pfx+"retry")
-			return nil
-		})
-		if err == nil {
+		if q, err := backlog(ctx, rdb, queues()); err == nil {
+			q.T = time.Since(start).Seconds()
 			s.mu.Lock()
-			s.samples = append(s.samples, QueueSample{T: time.Since(start).Seconds(), Pending: p.Val(), Active: a.Val(), Later: sc.Val() + r.Val()})
+			s.samples = append(s.samples, q)
 			s.mu.Unlock()
 		}
 		select {
@@ -304,16 +299,44 @@ func (s *sampler) get() []QueueSample {
 	return append([]QueueSample(nil), s.samples...)
 }
 
-// settled reports whether the queue has nothing left to run.
-func (e *env) settled(ctx context.Context, queue string) bool {
-	pfx := "asynq:{" + queue + "}:"
-	var n [4]*redis.IntCmd
-	_, err := e.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		n[0], n[1] = pl.LLen(ctx, pfx+"pending"), pl.LLen(ctx, pfx+"active")
-		n[2], n[3] = pl.ZCard(ctx, pfx+"scheduled"), pl.ZCard(ctx, pfx+"retry")
+// backlog sums the backlog of queues.
+func backlog(ctx context.Context, rdb redis.UniversalClient, queues []string) (QueueSample, error) {
+	cmds := make([][4]*redis.IntCmd, len(queues))
+	_, err := rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, q := range queues {
+			p, a, sc, r := tasks.AsynqQueueKeys(q)
+			cmds[i] = [4]*redis.IntCmd{pl.LLen(ctx, p), pl.LLen(ctx, a), pl.ZCard(ctx, sc), pl.ZCard(ctx, r)}
+		}
 		return nil
 	})
-	return err == nil && n[0].Val()+n[1].Val()+n[2].Val()+n[3].Val() == 0
+	var s QueueSample
+	for _, c := range cmds {
+		s.Pending += c[0].Val()
+		s.Active += c[1].Val()
+		s.Later += c[2].Val() + c[3].Val()
+	}
+	return s, err
+}
+
+// queuesOf are namespace ns's delivery queues (default region) and its
+// legacy one, as many as its layout says.
+func (e *env) queuesOf(ctx context.Context, ns string) []string {
+	keys := tasks.Keys(ns)
+	shards, err := e.rdb.HGet(ctx, keys.Layout(), "shards").Int()
+	if err != nil || shards < 1 {
+		shards = 1
+	}
+	qs := []string{keys.LegacyQueue()}
+	for i := range shards {
+		qs = append(qs, keys.ShardQueue("", tasks.LaneFresh, i), keys.ShardQueue("", tasks.LaneBacklog, i))
+	}
+	return qs
+}
+
+// settled reports whether queues have nothing left to run.
+func (e *env) settled(ctx context.Context, queues []string) bool {
+	q, err := backlog(ctx, e.rdb, queues)
+	return err == nil && q.Backlog() == 0
 }
 
 // waitFor polls cond every 100ms until it holds (true) or timeout or ctx

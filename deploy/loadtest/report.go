@@ -3,6 +3,7 @@ package loadtest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -164,7 +165,7 @@ type LatencyCompare struct {
 // collect turns a finished scenario's raw material into per-subscriber
 // reports and checks the invariants.
 func (e *env) collect(ctx context.Context, r *ScenarioReport, queue string, subs []subSpec, led *Ledger, start, end time.Time) (map[string]*outcome, error) {
-	dead, err := archived(ctx, e.rdb, queue)
+	dead, err := archived(ctx, e.rdb, e.queuesOf(ctx, queue))
 	if err != nil {
 		return nil, fmt.Errorf("listing dead letters: %w", err)
 	}
@@ -353,14 +354,27 @@ func deadReasons(c map[string]int64) map[string]int64 {
 }
 
 // archived lists the queue's dead letters by subscriber and event id.
-func archived(ctx context.Context, rdb *redis.Client, queue string) (map[string]map[string]deadTask, error) {
+func archived(ctx context.Context, rdb redis.UniversalClient, queues []string) (map[string]map[string]deadTask, error) {
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	out := map[string]map[string]deadTask{}
+	for _, q := range queues {
+		if err := archivedIn(ctx, insp, q, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// archivedIn adds queue's archived tasks to out.
+func archivedIn(ctx context.Context, insp *asynq.Inspector, queue string, out map[string]map[string]deadTask) error {
 	const size = 1000
 	for page := 1; page < 1000; page++ {
 		ts, err := insp.ListArchivedTasks(queue, asynq.PageSize(size), asynq.Page(page))
+		if errors.Is(err, asynq.ErrQueueNotFound) {
+			return nil // never used
+		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, t := range ts {
 			sub, ev, ok := splitTaskID(t.ID)
@@ -376,7 +390,7 @@ func archived(ctx context.Context, rdb *redis.Client, queue string) (map[string]
 			break
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // write saves report.json and summary.txt in dir.

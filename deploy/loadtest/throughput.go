@@ -115,7 +115,7 @@ func (e *env) runThroughput(ctx context.Context, r *ScenarioReport) error {
 		r.Generator = mergeGen(r.Generator, gen)
 		tp.HooklaneRounds = append(tp.HooklaneRounds, hl)
 	}
-	if !waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, ns) }) {
+	if !waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, e.queuesOf(ctx, ns)) }) {
 		r.Notes = append(r.Notes, "queue did not settle")
 	}
 	end := time.Now()
@@ -156,7 +156,7 @@ func median(rs []PathResult) PathResult {
 // on ids than it had, and measures what it cost. Between the two Redis
 // snapshots only the receiver is polled (in this process), so Redis'
 // counters are the server's alone.
-func (e *env) drain(ctx context.Context, start func() (*proc, error), ids []string, want int, settledQ string) (PathResult, error) {
+func (e *env) drain(ctx context.Context, start func() (*proc, error), ids []string, want int, settledQ func() []string) (PathResult, error) {
 	base := map[string]int{}
 	count := func() int {
 		n := 0
@@ -180,7 +180,7 @@ func (e *env) drain(ctx context.Context, start func() (*proc, error), ids []stri
 	ok := waitFor(ctx, e.cfg.Timeout, func() bool { return count() >= want })
 	after, serr := e.redisSnapshot(ctx)
 	cpu, self := srv.CPU(), selfCPU()-self0
-	waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, settledQ) })
+	waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, settledQ()) })
 	rss, perr := srv.Stop()
 	if err := errors.Join(serr, perr); err != nil {
 		return PathResult{}, err
@@ -226,7 +226,7 @@ func (e *env) floorRound(ctx context.Context, ts ThroughputSpec, round int, ids 
 	if err := <-errs; err != nil {
 		return PathResult{}, err
 	}
-	return e.drain(ctx, func() (*proc, error) { return e.startFloor(ctx, queue) }, ids, n, queue)
+	return e.drain(ctx, func() (*proc, error) { return e.startFloor(ctx, queue) }, ids, n, func() []string { return []string{queue} })
 }
 
 // hooklaneRound publishes the backlog with no worker running, then
@@ -238,7 +238,7 @@ func (e *env) hooklaneRound(ctx context.Context, ts ThroughputSpec, round int, n
 	for i, s := range subs {
 		ids[i] = s.ID
 	}
-	pr, err := e.drain(ctx, func() (*proc, error) { return e.startWorker(ctx, ns) }, ids, ts.Events*len(subs), ns)
+	pr, err := e.drain(ctx, func() (*proc, error) { return e.startWorker(ctx, ns) }, ids, ts.Events*len(subs), func() []string { return e.queuesOf(ctx, ns) })
 	return pr, gs, err
 }
 

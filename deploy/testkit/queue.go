@@ -1,29 +1,48 @@
 package testkit
 
 import (
-	"slices"
+	"errors"
 	"testing"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/hooklane/hooklane/tasks"
 )
 
-// QueueSize is how many tasks queue holds in any state; a queue asynq
-// never saw (no task was ever enqueued) holds none.
-func QueueSize(t testing.TB, insp *asynq.Inspector, queue string) int {
+// Totals sums the counts of namespace ns's queues (Size, Pending, Active,
+// Scheduled, Retry, Archived, Completed, Aggregating).
+func Totals(t testing.TB, insp *asynq.Inspector, ns string) asynq.QueueInfo {
 	t.Helper()
-	// asynq's "no such queue" error is of an internal type: ask for the list.
-	queues, err := insp.Queues()
+	q, err := QueueInfo(insp, ns)
 	if err != nil {
-		t.Fatalf("listing queues: %v", err)
+		t.Fatalf("reading the queues of %s: %v", ns, err)
 	}
-	if !slices.Contains(queues, queue) {
-		return 0
-	}
-	q, err := insp.GetQueueInfo(queue)
+	return *q
+}
+
+// Idle reports whether namespace ns has nothing left to run.
+func Idle(t testing.TB, insp *asynq.Inspector, ns string) bool {
+	q := Totals(t, insp, ns)
+	return q.Pending+q.Active+q.Scheduled+q.Retry+q.Aggregating == 0
+}
+
+// Task finds task id in namespace ns's queues.
+func Task(insp *asynq.Inspector, ns, id string) (*asynq.TaskInfo, error) {
+	all, err := insp.Queues()
 	if err != nil {
-		t.Fatalf("reading queue %s: %v", queue, err)
+		return nil, err
 	}
-	return q.Size
+	for _, q := range all {
+		if !tasks.Keys(ns).OwnsQueue(q) {
+			continue
+		}
+		info, err := insp.GetTaskInfo(q, id)
+		if errors.Is(err, asynq.ErrTaskNotFound) {
+			continue
+		}
+		return info, err
+	}
+	return nil, asynq.ErrTaskNotFound
 }
 
 // State names a task's state, or why it could not be read: for messages
@@ -33,4 +52,33 @@ func State(info *asynq.TaskInfo, err error) string {
 		return "unreadable (" + err.Error() + ")"
 	}
 	return info.State.String() + " (" + info.LastErr + ")"
+}
+
+// QueueInfo is Totals as asynq's Inspector answers: the sum of namespace
+// ns's queues (zero when none exists yet).
+func QueueInfo(insp *asynq.Inspector, ns string) (*asynq.QueueInfo, error) {
+	all, err := insp.Queues()
+	if err != nil {
+		return nil, err
+	}
+	sum := &asynq.QueueInfo{Queue: ns}
+	for _, q := range all {
+		if !tasks.Keys(ns).OwnsQueue(q) {
+			continue
+		}
+		i, err := insp.GetQueueInfo(q)
+		if err != nil {
+			return nil, err
+		}
+		sum.Size += i.Size
+		sum.Pending += i.Pending
+		sum.Active += i.Active
+		sum.Scheduled += i.Scheduled
+		sum.Retry += i.Retry
+		sum.Archived += i.Archived
+		sum.Completed += i.Completed
+		sum.Aggregating += i.Aggregating
+		sum.Paused = sum.Paused || i.Paused
+	}
+	return sum, nil
 }

@@ -1,0 +1,177 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// servers are the asynq Servers of one worker process: one per lane (fresh
+// and backlog) of each region it serves, each with a dequeue loop of its
+// own, so that a backlog in one lane never holds up the other, and each
+// trying only its lane's shard queues.
+//
+// asynq dequeues by trying a Server's queues one script each, in weighted
+// random order, until one has a task: with n shards and one of them busy,
+// about (n+1)/2 round trips per task. That is why a single Redis keeps one
+// shard per lane, and why lanes get Servers of their own instead of sharing
+// one.
+type servers struct {
+	w      *Worker
+	shards int
+	mu     sync.Mutex
+	byName map[string]*asynq.Server // "<region>/<lane>"
+	closed bool
+}
+
+// queuesOf is one lane's queues in region, with the release before's one
+// queue given to the default region's backlog lane.
+func (s *servers) queuesOf(region, lane string) map[string]int {
+	keys := tasks.Keys(s.w.cfg.Namespace)
+	q := map[string]int{}
+	for i := range s.shards {
+		q[keys.ShardQueue(region, lane, i)] = 1
+	}
+	if region == tasks.DefaultRegion && lane == tasks.LaneBacklog {
+		q[keys.LegacyQueue()] = 1
+	}
+	return q
+}
+
+// serve starts the two lanes' Servers of region, once.
+func (s *servers) serve(region string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("worker: shutting down")
+	}
+	for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
+		name := region + "/" + lane
+		if s.byName[name] != nil {
+			continue
+		}
+		srv := asynq.NewServerFromRedisClient(s.w.rdb, s.w.asynqConfig(s.queuesOf(region, lane)))
+		if err := srv.Start(s.w.handler); err != nil {
+			return err
+		}
+		s.byName[name] = srv
+	}
+	return nil
+}
+
+// shutdown stops every Server at once, so that together they take at most
+// ShutdownTimeout.
+func (s *servers) shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	var wg sync.WaitGroup
+	for _, srv := range s.byName {
+		wg.Go(srv.Shutdown)
+	}
+	wg.Wait()
+}
+
+// regions are the regions a worker serves now: its configured ones, or
+// every region a subscriber names and the default one.
+func (w *Worker) regions(ctx context.Context) ([]string, error) {
+	if len(w.cfg.Regions) > 0 {
+		return w.cfg.Regions, nil
+	}
+	named, err := w.rdb.SMembers(ctx, tasks.Keys(w.cfg.Namespace).Regions()).Result()
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{tasks.DefaultRegion}, named...), nil
+}
+
+// startServers waits for Redis to give the namespace's layout, then starts
+// the Servers of every region served. A worker serving all regions looks
+// for new ones every regionCheck, until ctx is done.
+func (w *Worker) startServers(ctx context.Context) (*servers, error) {
+	var layout deploy.Layout
+	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		var err error
+		layout, err = deploy.EnsureLayout(ctx, w.rdb, tasks.Keys(w.cfg.Namespace), w.cfg.Shards)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, deploy.ErrLayout) {
+			return nil, err
+		}
+		w.cfg.Logger.Warn("waiting for Redis to read the namespace's layout", "err", err)
+		if !sleep(ctx, backoff) {
+			return nil, ctx.Err()
+		}
+	}
+	s := &servers{w: w, shards: layout.Shards, byName: map[string]*asynq.Server{}}
+	regions, err := w.regions(ctx)
+	for ; err != nil; regions, err = w.regions(ctx) {
+		if !sleep(ctx, time.Second) {
+			return nil, ctx.Err()
+		}
+	}
+	for _, r := range regions {
+		if err := s.serve(r); err != nil {
+			s.shutdown()
+			return nil, err
+		}
+	}
+	if len(w.cfg.Regions) == 0 {
+		go w.watchRegions(ctx, s, regions)
+	}
+	return s, nil
+}
+
+const regionCheck = 10 * time.Second
+
+// watchRegions starts the Servers of regions subscribers name from now on.
+func (w *Worker) watchRegions(ctx context.Context, s *servers, known []string) {
+	t := time.NewTicker(regionCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		regions, err := w.regions(ctx)
+		if err != nil {
+			continue
+		}
+		for _, r := range regions {
+			if slices.Contains(known, r) {
+				continue
+			}
+			if err := s.serve(r); err != nil {
+				w.cfg.Logger.Error("could not serve a new region", "region", r, "err", err)
+				continue
+			}
+			known = append(known, r)
+			w.cfg.Logger.Info("serving a new region", "region", r)
+		}
+	}
+}
+
+// asynqConfig is the configuration of each of the worker's asynq Servers.
+func (w *Worker) asynqConfig(queues map[string]int) asynq.Config {
+	cfg := w.cfg
+	return asynq.Config{
+		Concurrency:              cfg.Concurrency,
+		Queues:                   queues,
+		IsFailure:                isFailure,
+		RetryDelayFunc:           w.h.retryDelay,
+		TaskCheckInterval:        cfg.PollInterval,
+		DelayedTaskCheckInterval: cfg.ForwardInterval,
+		ShutdownTimeout:          cfg.ShutdownTimeout,
+		Logger:                   asynqLogger{cfg.Logger},
+		LogLevel:                 asynq.WarnLevel,
+	}
+}
