@@ -185,7 +185,7 @@ return {string.format('%d', wake), string.format('%d', wake - now)}`)
 type Parking struct {
 	Keys      GateKeys
 	Limit     Limit
-	Member    string // the task's waiting-index member (tasks.WaitingMember)
+	Member    string    // the task's waiting-index member (tasks.WaitingMember)
 	NotBefore time.Time // no earlier than this (zero: now)
 	// Book takes a slot on the pacing cursor: for a task waiting for the
 	// rate limit or a cooldown, whose wake-ups must be spread at the
