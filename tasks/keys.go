@@ -159,7 +159,7 @@ func (ns Keys) DeadIndex(sub string) string { return ns.sub(sub, "dead-index") }
 // AllDeadIndex orders every dead letter by time (score: Unix ms; member:
 // task id). Its own slot: it is written just before the entry, so it may
 // name an entry that does not exist (readers drop those), never miss one.
-func (ns Keys) AllDeadIndex() string { return string(ns) + ":dead-index" }
+func (ns Keys) AllDeadIndex() string { return string(ns) + ":dead-letters" }
 
 // Counters is a hash of namespace-wide counters (dropped:<reason>) for
 // what no longer has a subscriber to count under. Its own slot. Owner:
@@ -258,6 +258,25 @@ func SplitWaitingMember(m string) (queue, taskID string, ok bool) {
 	}
 	return m[i+1:], m[:i], true
 }
+
+// V1 names the keys of the layout of the release before (version 1), which
+// Migrate reads: one slot-less key per kind. Owner: that release; this one
+// only reads them, and leaves them as they were, so that a rollback finds
+// them.
+type V1 string
+
+// V1 is the layout-1 names of the namespace.
+func (ns Keys) V1() V1 { return V1(ns) }
+
+func (v V1) Subscribers() string             { return string(v) + ":subscribers" } // hash: id → Subscriber JSON
+func (v V1) Paused() string                  { return string(v) + ":paused" }      // set of ids
+func (v V1) DeadLetter(taskID string) string { return string(v) + ":dead:" + taskID }
+func (v V1) Attempts(taskID string) string   { return string(v) + ":attempts:" + taskID }
+func (v V1) DeadIndex() string               { return string(v) + ":dead-index" } // zset: task id → Unix ms
+func (v V1) Stats(sub string) string         { return string(v) + ":stats:" + sub }
+func (v V1) Cooldown(sub string) string      { return string(v) + ":cooldown:" + sub }
+func (v V1) Pacing(sub string) string        { return string(v) + ":pacing:" + sub }
+func (v V1) Rate(sub string) string          { return "rate:" + string(v) + ":" + sub }
 
 // AsynqQueueKeys are asynq's keys of queue q that hold its backlog (its own
 // names, read only by the load harness, which counts its backlog with four

@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -98,8 +99,10 @@ func (w *Worker) regions(ctx context.Context) ([]string, error) {
 func (w *Worker) startServers(ctx context.Context) (*servers, error) {
 	var layout deploy.Layout
 	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		var err error
-		layout, err = deploy.EnsureLayout(ctx, w.rdb, tasks.Keys(w.cfg.Namespace), w.cfg.Shards)
+		err := w.migrate(ctx)
+		if err == nil {
+			layout, err = deploy.EnsureLayout(ctx, w.rdb, tasks.Keys(w.cfg.Namespace), w.cfg.Shards)
+		}
 		if err == nil {
 			break
 		}
@@ -128,6 +131,21 @@ func (w *Worker) startServers(ctx context.Context) (*servers, error) {
 		go w.watchRegions(ctx, s, regions)
 	}
 	return s, nil
+}
+
+// migrate carries what the release before left in the namespace over to
+// this layout (producer.Migrate), before any task of its is delivered.
+func (w *Worker) migrate(ctx context.Context) error {
+	p, err := producer.New(&producer.Config{Redis: w.rdb, Namespace: w.cfg.Namespace, Logger: w.cfg.Logger})
+	if err != nil {
+		return err
+	}
+	rep, err := p.Migrate(ctx, false)
+	if err == nil && rep != (producer.MigrationReport{}) {
+		w.cfg.Logger.Info("migrated the release before's layout", "subscribers", rep.Subscribers,
+			"dead_letters", rep.DeadLetters, "cooldowns", rep.Cooldowns)
+	}
+	return err
 }
 
 const regionCheck = 10 * time.Second
