@@ -21,7 +21,7 @@ type GateKeys struct {
 	Pacing   string // pacing cursor: a GCRA theoretical arrival time in Unix ms
 	Waiting  string // sorted set: "<task id>@<queue>" → wake-up (Unix ms) of tasks parked in asynq's schedule
 	Seen     string // prefix of the publish markers (+ event id): "<gen>:<wake ms>:<queue>"
-	Fresh    string // GCRA theoretical arrival time (Unix ms) of the subscriber's fresh-lane share
+	Fresh    string // sorted set: id → expiry (Unix ms) of the subscriber's tasks in the fresh lane
 }
 
 // Gates are the Redis-side checks and bookkeeping of a delivery. Every

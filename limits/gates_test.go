@@ -317,3 +317,41 @@ func TestParkBooksOnlyWhenAsked(t *testing.T) {
 		t.Fatalf("waiting index holds %d, want 3", n)
 	}
 }
+
+// A subscriber's tasks due now go to the fresh lane while fewer than
+// FreshMax of them are there; one ending frees its place. Tasks due later
+// go to the backlog lane whatever the count.
+func TestBookCapsTheFreshLane(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	book := func(id string, nb time.Time) string {
+		t.Helper()
+		got, err := b.g.Book(ctx, limits.Booking{Keys: b.k, Limit: wide, EventID: id, TaskID: "s:" + id, MarkerTTL: time.Minute,
+			NotBefore: nb, FreshMax: 2, FreshQueue: "f", BacklogQueue: "b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0].Queue
+	}
+	if q := book("later", time.Now().Add(time.Hour)); q != "b" {
+		t.Fatalf("an event for later went to %q, want the backlog lane", q)
+	}
+	for i, want := range []string{"f", "f", "b", "b"} {
+		if q := book(string(rune('a'+i)), time.Time{}); q != want {
+			t.Fatalf("event %d went to %q, want %q", i, q, want)
+		}
+	}
+	p := b.rdb.Pipeline()
+	b.g.LeftFreshIn(ctx, p, b.k, "s:a")
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if q := book("e", time.Time{}); q != "f" {
+		t.Fatalf("after one left the fresh lane, the next went to %q, want it", q)
+	}
+	if q := book("f", time.Time{}); q != "b" {
+		t.Fatalf("with the lane full again, the next went to %q, want the backlog", q)
+	}
+	if ttl := b.rdb.PTTL(ctx, b.k.Fresh).Val(); ttl <= 0 || ttl > limits.FreshTTL {
+		t.Fatalf("fresh-lane set ttl %v, want at most %v", ttl, limits.FreshTTL)
+	}
+}

@@ -33,11 +33,12 @@ func pacingKey(k GateKeys, nb int64) string {
 }
 
 // KEYS: 1 gate record, 2 pacing cursor, 3 waiting index, 4 publish marker,
-// 5 fresh share.
+// 5 fresh-lane tasks (sorted set: task id → expiry Unix ms).
 // ARGV: 1 interval ms (float), 2 burst, 3 not-before Unix ms (0: now),
 // 4 marker ttl ms, 5 task id, 6 "1" to book even when paused (held), "0"
-// to refuse then, 7 fresh share interval ms (float), 8 fresh share burst,
-// 9 fresh queue, 10 backlog queue.
+// to refuse then, 7 the most tasks in the fresh lane at once (0: no cap),
+// 8 how long a fresh-lane entry counts (ms), 9 fresh queue, 10 backlog
+// queue.
 // Reply {code, gen, wake Unix ms, ms from now until wake, queue}: 0 booked;
 // 1 duplicate (the marker of this generation exists: nothing booked, wake
 // and queue as first booked); 2 no such subscriber; 3 paused (nothing
@@ -45,8 +46,10 @@ func pacingKey(k GateKeys, nb int64) string {
 //
 // The marker makes a re-publish book nothing and go to the queue the first
 // publish chose, where asynq's task id makes it a duplicate. A task due now
-// goes to the fresh queue while the subscriber's fresh share allows (a GCRA
-// of its own); any other to the backlog queue.
+// goes to the fresh queue while fewer than ARGV[7] of the subscriber's tasks
+// are there (the worker takes a task off the set when it ends; an entry
+// counts for ARGV[8] at most, so a lost one frees itself); any other task
+// goes to the backlog queue.
 var bookScript = redis.NewScript(`
 local rec = redis.call('HMGET', KEYS[1], 'gen', 'paused')
 if not rec[1] then return {'2', '', '0', '0', ''} end
@@ -65,10 +68,11 @@ local wake = math.ceil(math.max(tat - interval * tonumber(ARGV[2]), nb))
 redis.call('SET', KEYS[2], string.format('%.3f', tat), 'PX', math.ceil(tat - now + 60000))
 local queue = ARGV[10]
 if tonumber(ARGV[3]) == 0 and wake - now < 1000 and not rec[2] then
-  local fi = tonumber(ARGV[7])
-  local ftat = math.max(tonumber(redis.call('GET', KEYS[5]) or '0'), now) + fi
-  if ftat - fi * tonumber(ARGV[8]) <= now then
-    redis.call('SET', KEYS[5], string.format('%.3f', ftat), 'PX', math.ceil(ftat - now + 1000))
+  local cap = tonumber(ARGV[7])
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+  if cap == 0 or redis.call('ZCARD', KEYS[5]) < cap then
+    redis.call('ZADD', KEYS[5], now + tonumber(ARGV[8]), ARGV[5])
+    redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[8]))
     queue = ARGV[9]
   end
 end
@@ -88,12 +92,16 @@ type Booking struct {
 	// (the retry horizon, then the dedup window).
 	MarkerTTL time.Duration
 	Held      bool // book even when the subscriber is paused
-	// Fresh is the subscriber's share of the fresh lane: tasks due now
-	// go to FreshQueue while it allows, the others to BacklogQueue. Zero:
-	// no share, every task due now is fresh.
-	Fresh                    Limit
+	// FreshMax is how many of the subscriber's tasks may be in the fresh
+	// lane at once: a task due now goes to FreshQueue while fewer are, else
+	// to BacklogQueue. Zero: no cap.
+	FreshMax                 int
 	FreshQueue, BacklogQueue string
 }
+
+// FreshTTL is how long a task counts as in the fresh lane, at most: one
+// whose end was never recorded (a lost worker) frees its place then.
+const FreshTTL = 10 * time.Minute
 
 // Booked is Book's answer for one Booking.
 type Booked struct {
@@ -126,14 +134,10 @@ func (g *Gates) Book(ctx context.Context, bs ...Booking) ([]Booked, error) {
 				held = "1"
 			}
 			ms := float64(b.Limit.Interval()) / float64(time.Millisecond)
-			fresh := 0.0 // no share set: every task due now is fresh
-			if !b.Fresh.IsZero() {
-				fresh = float64(b.Fresh.Interval()) / float64(time.Millisecond)
-			}
 			keys := []string{b.Keys.Record, pacingKey(b.Keys, nb), b.Keys.Waiting, b.Keys.Seen + b.EventID, b.Keys.Fresh}
 			// Eval, not Run: Run's NOSCRIPT fallback cannot work inside a pipeline.
 			cmds[i] = bookScript.Eval(ctx, p, keys, ms, b.Limit.Burst, nb, b.MarkerTTL.Milliseconds(), b.TaskID, held,
-				fresh, b.Fresh.Burst, b.FreshQueue, b.BacklogQueue)
+				b.FreshMax, FreshTTL.Milliseconds(), b.FreshQueue, b.BacklogQueue)
 		}
 		return nil
 	})
@@ -227,6 +231,12 @@ func (g *Gates) Park(ctx context.Context, pk Parking) (time.Duration, error) {
 // retry set.
 func (g *Gates) ParkIn(ctx context.Context, p redis.Pipeliner, k GateKeys, member string, wake time.Time) {
 	p.ZAdd(ctx, k.Waiting, redis.Z{Score: float64(wake.UnixMilli()), Member: member})
+}
+
+// LeftFreshIn queues the removal of a task from the fresh-lane set: it
+// ended (delivered, dead, dropped).
+func (g *Gates) LeftFreshIn(ctx context.Context, p redis.Pipeliner, k GateKeys, taskID string) {
+	p.ZRem(ctx, k.Fresh, taskID)
 }
 
 // UnparkIn queues the removal of a task from the waiting index: it ended

@@ -59,11 +59,11 @@ type Config struct {
 	// lane and region. Default: what the namespace was created with, else
 	// 1 (6 on a Redis Cluster). Workers must agree: see deploy.EnsureLayout.
 	Shards int
-	// FreshShare is how many of one subscriber's tasks due now go to the
-	// fresh lane per second (and at once); the rest go to the backlog lane,
-	// so a subscriber that publishes a flood does not hold up the events of
-	// the others. Default 1000.
-	FreshShare int
+	// FreshMax is how many of one subscriber's tasks may wait in the fresh
+	// lane at once; while that many do, its new ones go to the backlog
+	// lane, so that a subscriber that publishes a flood does not hold up
+	// the others' events. Default 100.
+	FreshMax int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -76,7 +76,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 8)
 	c.RetryHorizon = cmp.Or(c.RetryHorizon, 24*time.Hour)
 	c.MaxDataSize = cmp.Or(c.MaxDataSize, tasks.MaxDataSize)
-	c.FreshShare = cmp.Or(c.FreshShare, 1000)
+	c.FreshMax = cmp.Or(c.FreshMax, 100)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -95,8 +95,8 @@ func (c Config) validate() error {
 		return errors.New("producer: MaxDataSize must be positive")
 	case c.Shards < 0 || c.Shards > 256:
 		return errors.New("producer: Shards must be 0 (the namespace's) or 1-256")
-	case c.FreshShare < 1:
-		return errors.New("producer: FreshShare must be positive")
+	case c.FreshMax < 1:
+		return errors.New("producer: FreshMax must be positive")
 	}
 	return nil
 }
@@ -309,7 +309,7 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 		horizon := cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)
 		bs[i] = limits.Booking{Keys: p.keys.Gates(s.ID), Limit: s.Limit, NotBefore: notBefore, EventID: ev.ID,
 			TaskID: tasks.TaskID(s.ID, ev.ID), MarkerTTL: horizon + p.cfg.DedupWindow, Held: held,
-			Fresh:        limits.PerSecond(p.cfg.FreshShare),
+			FreshMax:     p.cfg.FreshMax,
 			FreshQueue:   p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneFresh, shards),
 			BacklogQueue: p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneBacklog, shards)}
 	}

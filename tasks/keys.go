@@ -221,6 +221,15 @@ func (ns Keys) OwnsQueue(q string) bool {
 	return err == nil
 }
 
+// QueueLane is the lane of delivery queue q (LaneFresh, LaneBacklog), ""
+// for a queue that is not one of the namespace's lanes (the legacy queue).
+func (ns Keys) QueueLane(q string) string {
+	if q == ns.LegacyQueue() || !ns.OwnsQueue(q) {
+		return ""
+	}
+	return q[strings.LastIndexByte(q, ':')+1:][:1]
+}
+
 // Shard is subscriber sub's shard of n.
 func Shard(sub string, n int) int {
 	if n <= 1 {

@@ -1,14 +1,18 @@
 package worker_test
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
+	"github.com/redis/go-redis/v9"
 )
 
 // BenchmarkThrottledBacklog publishes a backlog at once to one subscriber
@@ -41,5 +45,64 @@ func BenchmarkThrottledBacklog(b *testing.B) {
 				b.ReportMetric(float64(bd.counter(b, "s", "deferred:"+worker.GateRateLimit))/float64(n), "rate-deferrals/delivery")
 			}
 		})
+	}
+}
+
+// BenchmarkFairness queues 20,000 events for one fast subscriber, then 5
+// for another, then starts a worker, and reports how long after the start
+// the 5 arrived, and how many of the flood went before them. One FIFO queue
+// sent them last: 9.2s after the start here.
+//
+//	go test -run '^$' -bench Fairness -benchtime 1x ./worker/
+func BenchmarkFairness(b *testing.B) {
+	for range b.N {
+		ctx := context.Background()
+		ns := testkit.Namespace("fairbench")
+		rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: 64})
+		p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+		if err != nil {
+			b.Fatal(err)
+		}
+		hot, other := testkit.NewSink(b, nil), testkit.NewSink(b, nil)
+		for id, url := range map[string]string{"hot": hot.URL, "other": other.URL} {
+			if _, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: id, URL: url, Limit: limits.PerSecond(1_000_000), MaxInFlight: 1000}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		const flood = 20_000
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := g; i < flood; i += 8 {
+					if _, err := p.SendTo(ctx, "hot", tasks.Event{ID: fmt.Sprintf("h%05d", i), Type: "t", Data: []byte(`1`)}, nil); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for i := range 5 {
+			if _, err := p.SendTo(ctx, "other", tasks.Event{ID: fmt.Sprintf("o%d", i), Type: "t", Data: []byte(`1`)}, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		start := time.Now()
+		_, stop := startWorker(b, rdb, ns, worker.Config{})
+		testkit.Eventually(b, 2*time.Minute, "the 5", func() bool { return other.Count() == 5 })
+		at := other.Got()[4].At
+		testkit.Eventually(b, 2*time.Minute, "the flood", func() bool { return hot.Count() == flood })
+		before := 0
+		for _, a := range hot.Got() {
+			if a.At.Before(at) {
+				before++
+			}
+		}
+		drained := hot.Got()[flood-1].At.Sub(start)
+		stop()
+		rdb.Close()
+		b.ReportMetric(at.Sub(start).Seconds(), "s-to-the-5")
+		b.ReportMetric(float64(before), "flood-before-the-5")
+		b.ReportMetric(drained.Seconds(), "s-to-drain-the-flood")
 	}
 }

@@ -86,7 +86,7 @@ func TestLedgerOutlivesArchiveTrim(t *testing.T) {
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 1, MaxInFlight: 200, Limit: limits.PerSecond(1_000_000)})
 	// All in the backlog lane's one queue, so that asynq's archive, trimmed
 	// per queue, overflows.
-	p, err := producer.New(&producer.Config{Redis: b.rdb, Namespace: b.ns, FreshShare: 1})
+	p, err := producer.New(&producer.Config{Redis: b.rdb, Namespace: b.ns, FreshMax: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

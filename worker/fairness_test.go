@@ -25,9 +25,8 @@ func TestOneSubscribersFloodDoesNotHoldUpAnother(t *testing.T) {
 	ns := testkit.Namespace("fair")
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: 64})
 	t.Cleanup(func() { rdb.Close() })
-	// A small fresh share, so that this small flood overflows it; the
-	// default (1,000 a second) is what a real flood overflows.
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns, FreshShare: 50})
+	// The default fresh-lane cap: 100 of a subscriber's tasks at once.
+	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,4 +61,9 @@ func TestOneSubscribersFloodDoesNotHoldUpAnother(t *testing.T) {
 	}
 	t.Logf("the other subscriber's 5 events went out after %d of the flood's %d", before, flood)
 	testkit.Eventually(t, 60*time.Second, "the flood delivered", func() bool { return hot.Count() == flood })
+	// Each delivered task left the fresh-lane count: new events go there again.
+	keys := tasks.Keys(ns)
+	testkit.Eventually(t, 10*time.Second, "the fresh-lane count back to 0", func() bool {
+		return rdb.ZCard(ctx, keys.Gates("hot").Fresh).Val() == 0
+	})
 }

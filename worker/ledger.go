@@ -49,6 +49,7 @@ func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields
 			// on the attempt list, not a retrying task's.
 			h.count(ctx, p, r, fields, nil)
 			h.gates.UnparkIn(ctx, p, r.keys, r.member)
+			h.leftFresh(ctx, p, r)
 		}
 		p.Set(ctx, lk.Entry, b, retention)
 		if retention > 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
 )
 
 // record releases the run's slot, counts its outcome and, for a dead
@@ -90,6 +91,7 @@ func (h *handler) recordDropped(ctx context.Context, r *run, err error) error {
 			h.gates.ReleaseIn(ctx, p, r.keys, r.token)
 		}
 		h.gates.UnparkIn(ctx, p, r.keys, r.member)
+		h.leftFresh(ctx, p, r)
 		p.Del(ctx, h.keys.Ledger(r.taskID).Attempts)
 		return nil
 	})
@@ -141,11 +143,20 @@ func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields [
 		inc(key, f, 1)
 	}
 	if r.delivered {
+		h.leftFresh(ctx, p, r)
 		// What asynq's ResultWriter does, but in this pipeline instead of a
 		// round trip of its own.
 		resultScript.Eval(ctx, p, []string{h.keys.AsynqTask(r.queue, r.taskID)}, r.result)
 		inc(key, "e2e_sum_ms", r.e2e.Milliseconds())
 		inc(key, "late_sum_ms", r.late.Milliseconds())
+	}
+}
+
+// leftFresh queues the removal of an ended task from its subscriber's
+// fresh-lane count, if it was in the fresh lane.
+func (h *handler) leftFresh(ctx context.Context, p redis.Pipeliner, r *run) {
+	if h.keys.QueueLane(r.queue) == tasks.LaneFresh {
+		h.gates.LeftFreshIn(ctx, p, r.keys, r.taskID)
 	}
 }
 
