@@ -85,6 +85,33 @@ func (p *Producer) Migrate(ctx context.Context, again bool) (MigrationReport, er
 	return rep, p.rdb.HSet(ctx, p.keys.Layout(), "migrated", "1").Err()
 }
 
+// MigrateSubscriber carries one subscriber of the release before over, if
+// its layout has it and the directory does not: a worker calls it for a
+// task of the old queue whose subscriber the old API created after the
+// migration (during a rolling upgrade). It reports whether the directory
+// has the subscriber now.
+func (p *Producer) MigrateSubscriber(ctx context.Context, id string) (bool, error) {
+	v1 := p.keys.V1()
+	raw, err := p.rdb.HGet(ctx, v1.Subscribers(), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	paused, err := p.rdb.SIsMember(ctx, v1.Paused(), id).Result()
+	if err != nil {
+		return false, err
+	}
+	created, _, err := p.migrateSubscriber(ctx, id, raw, paused)
+	if err != nil {
+		return false, err
+	}
+	if created {
+		p.cfg.Logger.Info("migrated a subscriber of the release before", "subscriber_id", id)
+	}
+	return true, nil
+}
+
 // migrateSubscriber creates one old subscriber in the directory, unless it
 // is there already, and carries its gate state over.
 func (p *Producer) migrateSubscriber(ctx context.Context, id, raw string, paused bool) (created, cooled bool, err error) {

@@ -308,6 +308,12 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 		if !ok {
 			return fmt.Errorf("%w: %s", ErrUnknownSubscriber, id)
 		}
+		// The release before's copy first, if a rolling upgrade left one: a
+		// task of its queue would carry the subscriber over again
+		// (MigrateSubscriber). Another slot: not in the transaction.
+		if err := p.rdb.HDel(ctx, p.keys.V1().Subscribers(), id).Err(); err != nil {
+			return err
+		}
 		_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 			pl.HDel(ctx, p.keys.SubscriberConfigs(), id)
 			pl.Incr(ctx, p.keys.SubscriberVersion(id))

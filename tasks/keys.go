@@ -295,6 +295,11 @@ func AsynqQueueKeys(q string) (pending, active, scheduled, retry string) {
 	return pfx + "pending", pfx + "active", pfx + "scheduled", pfx + "retry"
 }
 
+// AsynqQueues is asynq's set of every queue a task was ever enqueued in
+// (asynq's key, untagged: a slot of its own). A
+// worker serves the release before's queue only once that queue is in it.
+const AsynqQueues = "asynq:queues"
+
 // AsynqTask is asynq's hash of one task. It is asynq's key, not ours: the
 // worker writes only its result field there, in the pipeline that follows a
 // delivery, instead of a round trip of asynq's ResultWriter of its own.

@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
@@ -128,7 +129,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 		return dead(DeadAttempts, "no attempt left: %d of %d spent, the last one lost with its worker (asynq counts a lost lease as an attempt)",
 			r.retried, r.maxAttempts)
 	}
-	sub, err := h.subscriber(ctx, d.SubscriberID)
+	sub, err := h.subscriber(ctx, d.SubscriberID, d.MaxAttempts == 0)
 	if err != nil {
 		return err
 	}
@@ -160,11 +161,21 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 // per-process cache (a second old at most) or Redis. Whether it still
 // exists in the task's generation, is paused or cooling down is checked
 // fresh by Admit.
-func (h *handler) subscriber(ctx context.Context, id string) (tasks.Subscriber, error) {
+//
+// A task of the release before (legacy) whose subscriber the directory
+// lacks may be for one the old API created during a rolling upgrade: that
+// one is carried over (producer.MigrateSubscriber) instead of dropped.
+func (h *handler) subscriber(ctx context.Context, id string, legacy bool) (tasks.Subscriber, error) {
 	if s, ok := h.subs.get(id); ok {
 		return s, nil
 	}
 	v, err := h.rdb.HGet(ctx, h.keys.SubscriberConfigs(), id).Result()
+	if errors.Is(err, redis.Nil) && legacy {
+		if err = h.migrateOne(ctx, id); err != nil {
+			return tasks.Subscriber{}, h.infra("migrate subscriber", id, err)
+		}
+		v, err = h.rdb.HGet(ctx, h.keys.SubscriberConfigs(), id).Result()
+	}
 	switch {
 	case errors.Is(err, redis.Nil):
 		return tasks.Subscriber{}, &droppedError{fmt.Sprintf("subscriber %s was deleted: not sent", id)}
@@ -177,6 +188,17 @@ func (h *handler) subscriber(ctx context.Context, id string) (tasks.Subscriber, 
 	}
 	h.subs.put(id, s)
 	return s, nil
+}
+
+// migrateOne carries subscriber id over from the release before's layout,
+// if it has it.
+func (h *handler) migrateOne(ctx context.Context, id string) error {
+	p, err := producer.New(&producer.Config{Redis: h.rdb, Namespace: h.cfg.Namespace, Logger: h.log})
+	if err != nil {
+		return err
+	}
+	_, err = p.MigrateSubscriber(ctx, id)
+	return err
 }
 
 func (h *handler) infra(what, sub string, err error) error {

@@ -32,18 +32,41 @@ type servers struct {
 	closed bool
 }
 
-// queuesOf is one lane's queues in region, with the release before's one
-// queue given to the default region's backlog lane.
+// queuesOf is one lane's queues in region.
 func (s *servers) queuesOf(region, lane string) map[string]int {
 	keys := tasks.Keys(s.w.cfg.Namespace)
 	q := map[string]int{}
 	for i := range s.shards {
 		q[keys.ShardQueue(region, lane, i)] = 1
 	}
-	if region == tasks.DefaultRegion && lane == tasks.LaneBacklog {
-		q[keys.LegacyQueue()] = 1
-	}
 	return q
+}
+
+// legacy is the name of the Server of the release before's one queue.
+const legacy = "legacy"
+
+// serveLegacy starts a Server for the release before's one queue once a
+// task was ever enqueued there (by a worker or producer of that release,
+// during a rolling upgrade). A Server of its own, not one more queue of the
+// backlog lane's: asynq would try the empty queue first half the time, a
+// wasted round trip per delivery.
+func (s *servers) serveLegacy(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.byName[legacy] != nil {
+		return nil
+	}
+	q := tasks.Keys(s.w.cfg.Namespace).LegacyQueue()
+	if ok, err := s.w.rdb.SIsMember(ctx, tasks.AsynqQueues, q).Result(); err != nil || !ok {
+		return err
+	}
+	srv := asynq.NewServerFromRedisClient(s.w.rdb, s.w.asynqConfig(map[string]int{q: 1}))
+	if err := srv.Start(s.w.handler); err != nil {
+		return err
+	}
+	s.byName[legacy] = srv
+	s.w.cfg.Logger.Info("serving the release before's queue", "queue", q)
+	return nil
 }
 
 // serve starts the two lanes' Servers of region, once.
@@ -127,9 +150,13 @@ func (w *Worker) startServers(ctx context.Context) (*servers, error) {
 			return nil, err
 		}
 	}
-	if len(w.cfg.Regions) == 0 {
-		go w.watchRegions(ctx, s, regions)
+	if slices.Contains(regions, tasks.DefaultRegion) {
+		if err := s.serveLegacy(ctx); err != nil {
+			s.shutdown()
+			return nil, err
+		}
 	}
+	go w.watchRegions(ctx, s, regions)
 	return s, nil
 }
 
@@ -150,7 +177,9 @@ func (w *Worker) migrate(ctx context.Context) error {
 
 const regionCheck = 10 * time.Second
 
-// watchRegions starts the Servers of regions subscribers name from now on.
+// watchRegions starts the Servers of regions subscribers name from now on
+// (when the worker serves every region) and the release before's queue's
+// once a task is enqueued there (when it serves the default region).
 func (w *Worker) watchRegions(ctx context.Context, s *servers, known []string) {
 	t := time.NewTicker(regionCheck)
 	defer t.Stop()
@@ -159,6 +188,14 @@ func (w *Worker) watchRegions(ctx context.Context, s *servers, known []string) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if slices.Contains(known, tasks.DefaultRegion) {
+			if err := s.serveLegacy(ctx); err != nil {
+				w.cfg.Logger.Warn("could not look for the release before's queue", "err", err)
+			}
+		}
+		if len(w.cfg.Regions) > 0 {
+			continue
 		}
 		regions, err := w.regions(ctx)
 		if err != nil {

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -30,25 +31,14 @@ func TestPreviousReleasesQueuedWorkIsDelivered(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	s := testkit.NewSink(t, nil)
 	secret, _ := tasks.NewSecret()
-	// The release before stored the subscriber JSON (its paused field always
-	// false) in one hash, pauses in a set, cooldowns per subscriber.
-	for id, url := range map[string]string{"old": s.URL, "held": s.URL} {
-		b, _ := json.Marshal(map[string]any{"id": id, "url": url, "secrets": []string{secret}, "event_types": []string{},
-			"limit": map[string]any{"rate": 100, "burst": 100, "period": "1s"}, "max_in_flight": 10, "paused": false})
-		rdb.HSet(ctx, v1.Subscribers(), id, b)
+	for _, id := range []string{"old", "held"} {
+		oldSubscriber(t, rdb, ns, id, s.URL, secret)
 	}
 	rdb.SAdd(ctx, v1.Paused(), "held")
 	cooling := time.Now().Add(3 * time.Second)
 	rdb.Set(ctx, v1.Cooldown("old"), strconv.FormatInt(cooling.UnixMilli(), 10), time.Minute)
-	// Its tasks: payload version 1, queue = namespace, MaxRetry = attempts.
-	c := asynq.NewClientFromRedisClient(rdb)
 	for _, id := range []string{"e1", "e2", "e3"} {
-		d, _ := json.Marshal(map[string]any{"subscriber_id": "old", "event": tasks.Event{ID: id, Type: "t", Data: json.RawMessage(`{"v":1}`)},
-			"enqueued_at": time.Now(), "expires_at": time.Now().Add(time.Hour)})
-		if _, err := c.Enqueue(asynq.NewTask(tasks.TypeDeliver, d), asynq.Queue(ns), asynq.TaskID("old:"+id), asynq.MaxRetry(8),
-			asynq.Retention(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
+		oldTask(t, rdb, ns, "old", id)
 	}
 	// And a dead letter of its ledger.
 	dl, _ := json.Marshal(tasks.DeadLetter{TaskID: "old:gone", SubscriberID: "old", Event: &tasks.Event{ID: "gone", Type: "t", Data: json.RawMessage(`1`)},
@@ -85,5 +75,80 @@ func TestPreviousReleasesQueuedWorkIsDelivered(t *testing.T) {
 	// The old keys are left for a rollback.
 	if n, _ := rdb.Exists(ctx, v1.Subscribers(), v1.Paused(), v1.DeadLetter("old:gone")).Result(); n != 3 {
 		t.Fatalf("%d of the release before's 3 keys left; a rollback needs them", n)
+	}
+}
+
+// oldSubscriber writes a subscriber as the release before's API did: its
+// JSON (the paused field always false) in one hash.
+func oldSubscriber(t *testing.T, rdb redis.UniversalClient, ns, id, url, secret string) {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"id": id, "url": url, "secrets": []string{secret}, "event_types": []string{},
+		"limit": map[string]any{"rate": 100, "burst": 100, "period": "1s"}, "max_in_flight": 10, "paused": false})
+	if err := rdb.HSet(context.Background(), tasks.Keys(ns).V1().Subscribers(), id, b).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// oldTask enqueues a delivery as the release before did: payload without
+// a version, in the namespace's one queue, MaxRetry = attempts.
+func oldTask(t *testing.T, rdb redis.UniversalClient, ns, sub, eventID string) {
+	t.Helper()
+	d, _ := json.Marshal(map[string]any{"subscriber_id": sub, "event": tasks.Event{ID: eventID, Type: "t", Data: json.RawMessage(`{"v":1}`)},
+		"enqueued_at": time.Now(), "expires_at": time.Now().Add(time.Hour)})
+	c := asynq.NewClientFromRedisClient(rdb)
+	if _, err := c.Enqueue(asynq.NewTask(tasks.TypeDeliver, d), asynq.Queue(ns), asynq.TaskID(sub+":"+eventID), asynq.MaxRetry(8),
+		asynq.Retention(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// During a rolling upgrade the release before's API and producers keep
+// writing after this release's workers started: a task in its queue,
+// enqueued once the worker runs (its Server for that queue starts then),
+// for a subscriber the old API created after the migration (carried over
+// when its task comes) is delivered; a subscriber deleted through this
+// release stays deleted (its task is dropped, not the subscriber
+// resurrected from the old copy).
+func TestOldReleaseWritingDuringTheUpgrade(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := testkit.Namespace("overlap")
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	s := testkit.NewSink(t, nil)
+	secret, _ := tasks.NewSecret()
+	oldSubscriber(t, rdb, ns, "early", s.URL, secret)
+	oldSubscriber(t, rdb, ns, "gone", s.URL, secret)
+	_, stop := startWorker(t, rdb, ns, worker.Config{})
+	defer stop()
+	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the old subscribers migrated", func() bool {
+		_, err := p.GetSubscriber(ctx, "gone")
+		return err == nil
+	})
+	if err := p.DeleteSubscriber(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	oldSubscriber(t, rdb, ns, "late", s.URL, secret)
+	oldTask(t, rdb, ns, "early", "e1")
+	oldTask(t, rdb, ns, "late", "e2")
+	oldTask(t, rdb, ns, "gone", "e3")
+	keys := tasks.Keys(ns)
+	testkit.Eventually(t, 30*time.Second, "the old queue's tasks delivered or dropped", func() bool {
+		return s.Count() == 2 && rdb.HGet(ctx, keys.Counters(), worker.DroppedDeleted).Val() == "1"
+	})
+	for _, a := range s.Got() {
+		if a.ID == "e3" {
+			t.Fatal("a deleted subscriber's task of the old queue was sent")
+		}
+	}
+	if _, err := p.GetSubscriber(ctx, "gone"); !errors.Is(err, producer.ErrUnknownSubscriber) {
+		t.Fatalf("the deleted subscriber after its old task: %v; want still unknown", err)
+	}
+	if late, err := p.GetSubscriber(ctx, "late"); err != nil || late.URL != s.URL {
+		t.Fatalf("the subscriber the old API created during the upgrade: %+v, %v", late, err)
 	}
 }
