@@ -14,8 +14,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
 
