@@ -353,7 +353,7 @@ func deadReasons(c map[string]int64) map[string]int64 {
 }
 
 // archived lists the queue's dead letters by subscriber and event id.
-func archived(ctx context.Context, rdb *redis.Client, queue string) (map[string]map[string]deadTask, error) {
+func archived(ctx context.Context, rdb redis.UniversalClient, queue string) (map[string]map[string]deadTask, error) {
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	out := map[string]map[string]deadTask{}
 	const size = 1000
