@@ -34,11 +34,11 @@ fuzz: redis-server ## run each fuzz target for 15s (make test runs their seed co
 	$(GO) test -run '^$$' -fuzz FuzzAPIRequests -fuzztime 15s ./web/
 	$(GO) test -run '^$$' -fuzz FuzzRedact -fuzztime 15s ./web/
 
-redis-server: ## install redis-server with apt-get when it is missing
-	@command -v redis-server >/dev/null || { \
-		echo "redis-server not found: installing it with apt-get"; \
+redis-server: ## install redis-server (and redis-cli, for the Cluster tests) with apt-get when missing
+	@{ command -v redis-server && command -v redis-cli; } >/dev/null || { \
+		echo "redis-server or redis-cli not found: installing them with apt-get"; \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools; }
 
 chromium: ## install Debian's chromium (for the browser test) with apt-get when it is missing
 	@test -x /usr/bin/chromium || { \

@@ -53,7 +53,10 @@ func run(ctx context.Context, args []string) error {
 		}
 		return w.Run(ctx)
 	case len(args) == 1 && args[0] == "web":
-		cfg := web.FromEnv()
+		cfg, err := web.FromEnv()
+		if err != nil {
+			return err
+		}
 		cfg.Logger = log
 		s, err := web.New(cfg)
 		if err != nil {

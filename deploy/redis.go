@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,18 +36,27 @@ type RedisOpts struct {
 	Port int
 	// AppendOnly turns on AOF with appendfsync everysec, as in redis.conf.
 	AppendOnly bool
+	// Args are more redis-server flags (e.g. "--replicaof", "127.0.0.1
+	// 6380"), after StartRedis' own, so that they win over them.
+	Args []string
 }
 
 // StartRedis starts redis-server on 127.0.0.1 and waits until it answers.
 // It fails with a hint when redis-server is not installed. With no Port it
 // picks a free one, and another if that was taken before Redis bound it.
 func StartRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
+	return startServer(ctx, o)
+}
+
+// startServer is StartRedis; lead are arguments before the flags (a
+// Sentinel's config file and --sentinel).
+func startServer(ctx context.Context, o RedisOpts, lead ...string) (*Redis, error) {
 	if o.Port != 0 {
-		return startRedis(ctx, o)
+		return startRedis(ctx, o, lead)
 	}
 	var errs []error
 	for range 3 {
-		r, err := startRedis(ctx, o)
+		r, err := startRedis(ctx, o, lead)
 		if err == nil {
 			return r, nil
 		}
@@ -55,7 +65,7 @@ func StartRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
 	return nil, errors.Join(errs...)
 }
 
-func startRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
+func startRedis(ctx context.Context, o RedisOpts, lead []string) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, errors.New("redis-server not found: install it (apt-get install -y redis-server) or set REDIS_URL")
@@ -77,14 +87,15 @@ func startRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
 			return nil, err
 		}
 	}
-	args := []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(o.Port), "--dir", o.Dir,
+	args := append(slices.Clip(lead), "--bind", "127.0.0.1", "--port", strconv.Itoa(o.Port), "--dir", o.Dir,
 		"--save", "", "--maxmemory-policy", "noeviction", "--protected-mode", "yes",
-		"--logfile", filepath.Join(o.Dir, "redis.log")}
+		"--logfile", filepath.Join(o.Dir, "redis.log"))
 	if o.AppendOnly {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "everysec")
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
+	args = append(args, o.Args...)
 	cmd := exec.Command(bin, args...)
 	// Its own process group: a Ctrl-C meant for hooklane must not kill Redis
 	// before hooklane has shut down against it.

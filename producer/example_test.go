@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
@@ -16,7 +17,7 @@ import (
 // same event again is reported as a duplicate and delivered only once.
 func Example() {
 	ctx := context.Background()
-	p, err := producer.New(&producer.Config{RedisURL: redisSrv.URL, Namespace: testkit.Namespace("example")})
+	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: testkit.Namespace("example")})
 	if err != nil {
 		panic(err)
 	}

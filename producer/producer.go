@@ -37,9 +37,12 @@ var (
 
 // Config configures a Producer. Zero fields take the defaults named.
 type Config struct {
-	// RedisURL is used when Redis is nil. Default redis://127.0.0.1:6379/0.
-	RedisURL string
-	// Redis, if set, is used as is and not closed by Close.
+	// RedisConfig says which Redis to use when Redis is nil: one server, a
+	// Cluster or Sentinel (deploy.RedisFromEnv reads it from the variables
+	// the worker reads). Default one server at redis://127.0.0.1:6379/0.
+	RedisConfig deploy.RedisConfig
+	// Redis, if set, is used as is and not closed by Close; RedisConfig is
+	// then ignored.
 	Redis redis.UniversalClient
 	// Namespace prefixes hooklane's Redis keys and names the asynq queue.
 	// Default "hooklane". A worker must use the same one.
@@ -70,7 +73,7 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	c.RedisURL = cmp.Or(c.RedisURL, "redis://127.0.0.1:6379/0")
+	c.RedisConfig = c.RedisConfig.WithDefaults()
 	c.Namespace = cmp.Or(c.Namespace, "hooklane")
 	c.DedupWindow = cmp.Or(c.DedupWindow, 24*time.Hour)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 8)
@@ -84,6 +87,11 @@ func (c Config) WithDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if c.Redis == nil {
+		if err := c.RedisConfig.Validate(); err != nil {
+			return fmt.Errorf("producer: %w", err)
+		}
+	}
 	switch {
 	case c.DedupWindow < 0:
 		return errors.New("producer: DedupWindow must not be negative")
@@ -147,14 +155,13 @@ func New(cfg *Config) (*Producer, error) {
 	}
 	p := &Producer{cfg: c, rdb: c.Redis, keys: tasks.Keys(c.Namespace), nowFunc: time.Now}
 	if p.rdb == nil {
-		opt, err := redis.ParseURL(c.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("producer: RedisURL: %w", err)
-		}
 		// An app publishing while Redis is down wants to hear so at once,
 		// not after go-redis's default 5 dials times 3 retries.
-		opt.DialerRetries, opt.MaxRetries = 1, 1
-		p.rdb, p.ownRDB = redis.NewClient(opt), true
+		rdb, err := c.RedisConfig.NewClient(deploy.ClientTuning{DialerRetries: 1, MaxRetries: 1})
+		if err != nil {
+			return nil, fmt.Errorf("producer: %w", err)
+		}
+		p.rdb, p.ownRDB = rdb, true
 	}
 	p.client = asynq.NewClientFromRedisClient(p.rdb)
 	p.inspector = asynq.NewInspectorFromRedisClient(p.rdb)

@@ -32,7 +32,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Parallel()
 	ns := testkit.Namespace("p")
-	p, err := producer.New(&producer.Config{RedisURL: redisSrv.URL, Namespace: ns})
+	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestValidationErrors(t *testing.T) {
 
 func TestRedisDownAtPublish(t *testing.T) {
 	t.Parallel()
-	p, err := producer.New(&producer.Config{RedisURL: "redis://127.0.0.1:1/0"})
+	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: "redis://127.0.0.1:1/0"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func TestAuthRefusedOnEveryProtectedPath(t *testing.T) {
 
 func TestMetricsToken(t *testing.T) {
 	t.Parallel()
-	s, err := web.New(web.Config{Token: token, MetricsToken: "metrics-token-0123456789", RedisURL: redisSrv.URL, Namespace: "mt", Logger: quiet})
+	s, err := web.New(web.Config{Token: token, MetricsToken: "metrics-token-0123456789", RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: "mt", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestConfigRefusesToStartWithoutToken(t *testing.T) {
 		{":8080", token, true},
 		{"nonsense", token, false},
 	} {
-		s, err := web.New(web.Config{Addr: tt.addr, Token: tt.token, RedisURL: redisSrv.URL, Logger: quiet})
+		s, err := web.New(web.Config{Addr: tt.addr, Token: tt.token, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Logger: quiet})
 		if (err == nil) != tt.ok {
 			t.Errorf("addr %q token %q: err %v, want ok=%v", tt.addr, tt.token, err, tt.ok)
 		}
@@ -140,7 +140,7 @@ func TestConfigRefusesToStartWithoutToken(t *testing.T) {
 // name — a DNS-rebinding page — is refused.
 func TestNoTokenServesLoopbackHostsOnly(t *testing.T) {
 	t.Parallel()
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", RedisURL: redisSrv.URL, Namespace: "notoken", Logger: quiet})
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: "notoken", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestNoTokenServesLoopbackHostsOnly(t *testing.T) {
 
 func TestRedisDownIs503(t *testing.T) {
 	t.Parallel()
-	s, err := web.New(web.Config{Token: token, RedisURL: "redis://127.0.0.1:1/0", Logger: quiet})
+	s, err := web.New(web.Config{Token: token, RedisConfig: deploy.RedisConfig{URL: "redis://127.0.0.1:1/0"}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestRedisDownIs503(t *testing.T) {
 // Serve answers until its context ends (SIGTERM), then returns.
 func TestServeStopsOnCancel(t *testing.T) {
 	t.Parallel()
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", RedisURL: redisSrv.URL, Logger: quiet})
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestReadinessFollowsRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := r.Addr[strings.LastIndex(r.Addr, ":")+1:]
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisURL: r.URL, Namespace: "ready", Logger: quiet})
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisConfig: deploy.RedisConfig{URL: r.URL}, Namespace: "ready", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

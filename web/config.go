@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/hooklane/hooklane/deploy"
 )
 
 // Config configures a Server. Zero fields take the defaults named; FromEnv
@@ -21,8 +23,11 @@ type Config struct {
 	// MetricsToken (HOOKLANE_METRICS_TOKEN) guards /metrics, so that a
 	// Prometheus can scrape without the API token. Default Token.
 	MetricsToken string
-	// RedisURL (REDIS_URL). Default redis://127.0.0.1:6379/0.
-	RedisURL string
+	// RedisConfig (REDIS_URL, or HOOKLANE_REDIS_CLUSTER_ADDRS, or
+	// HOOKLANE_REDIS_SENTINEL_ADDRS and _MASTER, with HOOKLANE_REDIS_*
+	// auth and TLS; see deploy.RedisConfig) must name the worker's Redis.
+	// Default one server at redis://127.0.0.1:6379/0.
+	RedisConfig deploy.RedisConfig
 	// Namespace (HOOKLANE_NAMESPACE) must match the worker's. Default "hooklane".
 	Namespace string
 	// MonitorWrites (HOOKLANE_MONITOR_WRITES=true) lets asynqmon's buttons
@@ -46,7 +51,7 @@ const MinTokenLen = 16
 func (c Config) WithDefaults() Config {
 	c.Addr = cmp.Or(c.Addr, ":8080")
 	c.MetricsToken = cmp.Or(c.MetricsToken, c.Token)
-	c.RedisURL = cmp.Or(c.RedisURL, "redis://127.0.0.1:6379/0")
+	c.RedisConfig = c.RedisConfig.WithDefaults()
 	c.Namespace = cmp.Or(c.Namespace, "hooklane")
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 1<<20)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
@@ -57,6 +62,9 @@ func (c Config) WithDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if err := c.RedisConfig.Validate(); err != nil {
+		return fmt.Errorf("web: %w", err)
+	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("web: Addr (HOOKLANE_ADDR or PORT) %q: %v", c.Addr, err)
 	}
@@ -88,13 +96,14 @@ func IsLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// FromEnv reads a Config from the environment.
-func FromEnv() Config {
+// FromEnv reads a Config from the environment. Errors name the variable.
+func FromEnv() (Config, error) {
+	rc, err := deploy.RedisFromEnv(os.Getenv)
 	c := Config{
 		Addr:         os.Getenv("HOOKLANE_ADDR"),
 		Token:        os.Getenv("HOOKLANE_API_TOKEN"),
 		MetricsToken: os.Getenv("HOOKLANE_METRICS_TOKEN"),
-		RedisURL:     os.Getenv("REDIS_URL"),
+		RedisConfig:  rc,
 		Namespace:    os.Getenv("HOOKLANE_NAMESPACE"),
 		// Anything but "true" keeps the UI read-only.
 		MonitorWrites: os.Getenv("HOOKLANE_MONITOR_WRITES") == "true",
@@ -102,5 +111,5 @@ func FromEnv() Config {
 	if port := os.Getenv("PORT"); c.Addr == "" && port != "" {
 		c.Addr = ":" + port
 	}
-	return c
+	return c, err
 }

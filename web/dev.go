@@ -20,8 +20,9 @@ import (
 
 // DevOptions configures Dev.
 type DevOptions struct {
-	// Getenv reads REDIS_URL, PORT, HOOKLANE_API_TOKEN and the worker's
-	// variables (see worker.FromEnv, which reads the process environment).
+	// Getenv reads the Redis variables (deploy.RedisFromEnv), PORT,
+	// HOOKLANE_API_TOKEN and HOOKLANE_NAMESPACE; the worker's other
+	// variables come from the process environment (worker.FromEnv).
 	Getenv func(string) string
 	// Out gets the banner: the UI's address and token.
 	Out io.Writer
@@ -33,10 +34,11 @@ type DevOptions struct {
 	Events int
 }
 
-// Dev is `make run`: it starts (or reuses) a local redis-server unless
-// REDIS_URL is set, a worker and the web process on 127.0.0.1:$PORT, and a
-// demo receiver with three subscribers, publishes a burst of events, prints
-// where to look, and runs until ctx is done.
+// Dev is `make run`: it starts (or reuses) a local redis-server unless a
+// Redis is configured (REDIS_URL, a Cluster or Sentinel), a worker and the
+// web process on 127.0.0.1:$PORT, and a demo receiver with three
+// subscribers, publishes a burst of events, prints where to look, and runs
+// until ctx is done.
 func Dev(ctx context.Context, o DevOptions) error {
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
@@ -51,14 +53,17 @@ func Dev(ctx context.Context, o DevOptions) error {
 	o.Events = cmp.Or(o.Events, 30)
 	log := o.Logger
 
-	redisURL := o.Getenv("REDIS_URL")
-	if redisURL == "" {
+	rc, err := deploy.RedisFromEnv(o.Getenv)
+	if err != nil {
+		return err
+	}
+	if !rc.IsSet() {
 		r, err := deploy.LocalRedis(ctx, o.DataDir)
 		if err != nil {
 			return err
 		}
 		defer r.Stop()
-		redisURL = r.URL
+		rc = deploy.RedisConfig{URL: r.URL}
 		log.Info("using local redis", "url", r.URL, "started_here", r.Dir != "")
 	}
 	token := o.Getenv("HOOKLANE_API_TOKEN")
@@ -71,7 +76,7 @@ func Dev(ctx context.Context, o DevOptions) error {
 	if err != nil {
 		return fmt.Errorf("web: %w (set PORT to use another port)", err)
 	}
-	srv, err := New(Config{Addr: ln.Addr().String(), Token: token, RedisURL: redisURL,
+	srv, err := New(Config{Addr: ln.Addr().String(), Token: token, RedisConfig: rc,
 		Namespace: o.Getenv("HOOKLANE_NAMESPACE"), Logger: log.With("process", "web")})
 	if err != nil {
 		ln.Close()
@@ -84,7 +89,7 @@ func Dev(ctx context.Context, o DevOptions) error {
 		ln.Close()
 		return err
 	}
-	wcfg.RedisURL, wcfg.Logger = redisURL, log.With("process", "worker")
+	wcfg.RedisConfig, wcfg.Logger = rc, log.With("process", "worker")
 	wcfg.Namespace = cmp.Or(o.Getenv("HOOKLANE_NAMESPACE"), wcfg.Namespace)
 	// Quick retries, so that the down subscriber's events reach the dead
 	// letters within seconds instead of the production backoff's hours.

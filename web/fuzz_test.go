@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/web"
 )
@@ -51,7 +52,7 @@ func FuzzAPIRequests(f *testing.F) {
 			f.Add(route, []byte(seed), uint8(i%3))
 		}
 	}
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisURL: redisSrv.URL, Namespace: testkit.Namespace("fuzz"), Logger: quiet})
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: testkit.Namespace("fuzz"), Logger: quiet})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func setup(t *testing.T, wcfg *worker.Config) *bundle {
 	t.Helper()
 	t.Parallel()
 	ns := testkit.Namespace("web")
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisURL: redisSrv.URL, Namespace: ns, Logger: quiet})
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: ns, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynqmon"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 )
@@ -20,7 +21,7 @@ import (
 // Server is hooklane's HTTP process.
 type Server struct {
 	cfg     Config
-	rdb     *redis.Client
+	rdb     redis.UniversalClient
 	p       *producer.Producer
 	gates   *limits.Gates // read only: every write goes through p
 	insp    *asynq.Inspector
@@ -38,14 +39,13 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	opt, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("web: REDIS_URL: %w", err)
-	}
 	// An API client waiting on a dead Redis wants its 503 now, not after
 	// go-redis's default 5 dials times 3 retries.
-	opt.DialerRetries, opt.MaxRetries = 1, 1
-	s := &Server{cfg: cfg, rdb: redis.NewClient(opt)}
+	rdb, err := cfg.RedisConfig.NewClient(deploy.ClientTuning{DialerRetries: 1, MaxRetries: 1})
+	if err != nil {
+		return nil, fmt.Errorf("web: %w", err)
+	}
+	s := &Server{cfg: cfg, rdb: rdb}
 	s.p, err = producer.New(&producer.Config{Redis: s.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger})
 	if err != nil {
 		s.rdb.Close()
@@ -53,19 +53,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.gates = limits.NewGates(s.rdb)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
-	s.mon = newMonitor("/monitoring", asynqConnOpt(opt), cfg.MonitorWrites)
+	// asynqmon wants an asynq.RedisConnOpt rather than a client: the same
+	// connection, in the same mode.
+	s.mon = newMonitor("/monitoring", cfg.RedisConfig.AsynqConnOpt(), cfg.MonitorWrites)
 	s.handler = s.routes()
 	return s, nil
-}
-
-// asynqConnOpt is the same connection for asynqmon, which wants an
-// asynq.RedisConnOpt rather than a client.
-func asynqConnOpt(o *redis.Options) asynq.RedisClientOpt {
-	return asynq.RedisClientOpt{
-		Network: o.Network, Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB,
-		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-		PoolSize: o.PoolSize, TLSConfig: o.TLSConfig,
-	}
 }
 
 // Handler serves every route.
@@ -119,7 +111,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
-	s.cfg.Logger.Info("web listening", "addr", ln.Addr().String(), "namespace", s.cfg.Namespace, "auth", s.cfg.Token != "")
+	s.cfg.Logger.Info("web listening", "addr", ln.Addr().String(), "namespace", s.cfg.Namespace, "auth", s.cfg.Token != "",
+		"redis", s.cfg.RedisConfig) // passwords redacted
 	select {
 	case err := <-done:
 		return err

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/deploy"
 )
 
 // Version is sent in the User-Agent header.
@@ -22,9 +24,13 @@ var Version = "0.1.0"
 // Config configures a worker. Zero fields take the defaults named; FromEnv
 // reads each from the environment variable named.
 type Config struct {
-	// RedisURL (REDIS_URL) is used when Redis is nil. Default redis://127.0.0.1:6379/0.
-	RedisURL string
-	// Redis, if set, is used as is and not closed.
+	// RedisConfig (REDIS_URL, or HOOKLANE_REDIS_CLUSTER_ADDRS, or
+	// HOOKLANE_REDIS_SENTINEL_ADDRS and _MASTER, with HOOKLANE_REDIS_*
+	// auth and TLS; see deploy.RedisConfig) is used when Redis is nil.
+	// Default one server at redis://127.0.0.1:6379/0.
+	RedisConfig deploy.RedisConfig
+	// Redis, if set, is used as is and not closed; RedisConfig is then
+	// ignored.
 	Redis redis.UniversalClient
 	// Namespace (HOOKLANE_NAMESPACE) must match the producer's. Default "hooklane".
 	Namespace string
@@ -96,7 +102,7 @@ const NoWait time.Duration = -1
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	c.RedisURL = cmp.Or(c.RedisURL, "redis://127.0.0.1:6379/0")
+	c.RedisConfig = c.RedisConfig.WithDefaults()
 	c.Namespace = cmp.Or(c.Namespace, "hooklane")
 	c.Concurrency = cmp.Or(c.Concurrency, 200)
 	c.MaxWaiters = cmp.Or(c.MaxWaiters, max(c.Concurrency/4, 1))
@@ -127,6 +133,11 @@ func (c Config) validate() error {
 	positive := func(name string, d time.Duration) {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("worker: %s must be positive, not %v", name, d))
+		}
+	}
+	if c.Redis == nil {
+		if err := c.RedisConfig.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("worker: %w", err))
 		}
 	}
 	atLeast("Concurrency (HOOKLANE_CONCURRENCY)", c.Concurrency, 1)
@@ -168,8 +179,12 @@ func (c Config) maxWait() time.Duration { return max(c.MaxWait, 0) }
 // FromEnv reads a Config from the environment; unset variables stay zero
 // (WithDefaults fills them). Errors name the variable.
 func FromEnv() (Config, error) {
-	c := Config{RedisURL: os.Getenv("REDIS_URL"), Namespace: os.Getenv("HOOKLANE_NAMESPACE")}
+	c := Config{Namespace: os.Getenv("HOOKLANE_NAMESPACE")}
 	var errs []error
+	var err error
+	if c.RedisConfig, err = deploy.RedisFromEnv(os.Getenv); err != nil {
+		errs = append(errs, err)
+	}
 	// A variable that is set must say what it means: zero is refused (it
 	// would silently become the default) except where it has a meaning of
 	// its own.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
@@ -75,5 +76,23 @@ func TestMaxWaitZeroWaitsNothing(t *testing.T) {
 	testkit.Eventually(t, 5*time.Second, "the counters", func() bool { return b.counter(t, "s", "delivered") == 3 })
 	if n := b.counter(t, "s", "deferred:"+worker.GateRateLimit); n < 1 {
 		t.Fatalf("%d rate-limit deferrals with MAX_WAIT=0; the 2nd and 3rd requests must not wait in the handler", n)
+	}
+}
+
+// The worker reads its Redis through deploy.RedisFromEnv: a cluster's
+// addresses arrive as such, and two modes at once stop it at start.
+func TestFromEnvReadsTheRedisConfig(t *testing.T) {
+	t.Setenv("HOOKLANE_REDIS_CLUSTER_ADDRS", "127.0.0.1:7000,127.0.0.1:7001")
+	c, err := worker.FromEnv()
+	if err != nil || !c.RedisConfig.IsCluster() || len(c.RedisConfig.ClusterAddrs) != 2 {
+		t.Fatalf("FromEnv: %s, %v; want the cluster's two addresses", c.RedisConfig, err)
+	}
+	t.Setenv("REDIS_URL", "redis://127.0.0.1:6379/0")
+	if _, err := worker.FromEnv(); err == nil || !strings.Contains(err.Error(), "REDIS_URL and HOOKLANE_REDIS_CLUSTER_ADDRS") {
+		t.Fatalf("FromEnv with two modes: %v", err)
+	}
+	if _, err := worker.New(worker.Config{RedisConfig: deploy.RedisConfig{SentinelMaster: "m"}}); err == nil ||
+		!strings.Contains(err.Error(), "HOOKLANE_REDIS_SENTINEL_ADDRS") {
+		t.Fatalf("New with a sentinel master and no sentinels: %v", err)
 	}
 }

@@ -60,7 +60,7 @@ func testRedisRestart(t *testing.T, kill bool) {
 		return true
 	})
 	const ns = "redis-restart"
-	p, err := producer.New(&producer.Config{RedisURL: r.URL, Namespace: ns})
+	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: r.URL}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestPublishWhenRedisGoesAway(t *testing.T) {
 		}
 	}
 	proxy := newFaultProxy(t, redisSrv.Addr)
-	p, err := producer.New(&producer.Config{RedisURL: proxy.URL(), Namespace: ns})
+	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: proxy.URL()}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

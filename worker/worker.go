@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
@@ -35,19 +36,18 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, rdb: cfg.Redis}
 	if w.rdb == nil {
-		opt, err := redis.ParseURL(cfg.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("worker: REDIS_URL: %w", err)
-		}
-		// Ride out a Redis restart (typically a second or two) inside each
+		// Ride out a Redis restart or failover (typically a second or two) inside each
 		// command: 10 retries, 250ms to 1s apart, give up after 2.5s at the
 		// least and about 8s typically. asynq writes a task's next state
 		// (completed, retry, archived) once; on failure its syncer retries
 		// with a context that is already canceled (asynq v0.26 processor.go,
 		// `defer cancel()`), so a delivery finished during an outage would
 		// stay active until lease recovery and be sent again 1-2 min later.
-		opt.MaxRetries, opt.MinRetryBackoff, opt.MaxRetryBackoff = 10, 250*time.Millisecond, time.Second
-		w.rdb, w.ownRDB = redis.NewClient(opt), true
+		rdb, err := cfg.RedisConfig.NewClient(deploy.ClientTuning{MaxRetries: 10, MinRetryBackoff: 250 * time.Millisecond, MaxRetryBackoff: time.Second})
+		if err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+		w.rdb, w.ownRDB = rdb, true
 	}
 	keys := tasks.Keys(cfg.Namespace)
 	h := &handler{
@@ -78,8 +78,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	w.cfg.Logger.Info("worker started", "namespace", w.cfg.Namespace, "concurrency", w.cfg.Concurrency,
-		"queue_shards", srvs.shards, "regions", len(srvs.byName)/2)
+	attrs := []any{"namespace", w.cfg.Namespace, "concurrency", w.cfg.Concurrency, "queue_shards", srvs.shards}
+	if w.ownRDB {
+		attrs = append(attrs, "redis", w.cfg.RedisConfig) // passwords redacted
+	}
+	w.cfg.Logger.Info("worker started", attrs...)
 	<-ctx.Done()
 	w.cfg.Logger.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
 	srvs.shutdown()

@@ -151,4 +151,12 @@ func TestCommandRejectsBadFlags(t *testing.T) {
 	if err := Command(context.Background(), []string{"-external-workers"}, "", &out, &errs); err == nil {
 		t.Fatal("external workers without a Redis URL accepted")
 	}
+	if err := Command(context.Background(), []string{"-redis-url", "redis://127.0.0.1:1/0", "-redis-cluster-addrs", "127.0.0.1:2"}, "", &out, &errs); err == nil ||
+		!strings.Contains(err.Error(), "-redis-cluster-addrs") || !strings.Contains(err.Error(), "choose one") {
+		t.Fatalf("-redis-url with -redis-cluster-addrs: %v", err)
+	}
+	if err := Command(context.Background(), []string{"-redis-cluster-addrs", "127.0.0.1"}, "", &out, &errs); err == nil ||
+		!strings.Contains(err.Error(), "host:port") {
+		t.Fatalf("-redis-cluster-addrs without a port: %v", err)
+	}
 }

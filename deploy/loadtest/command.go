@@ -11,6 +11,8 @@ import (
 	"runtime/pprof"
 	"strings"
 	"time"
+
+	"github.com/hooklane/hooklane/deploy"
 )
 
 // Command is `hooklane bench`: it parses args and runs the scenarios, or,
@@ -32,8 +34,9 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 	fs.Float64Var(&c.Scale, "scale", 1, "multiply event counts and the spike ladder's rates")
 	fs.DurationVar(&c.Hold, "hold", 30*time.Second, "how long each spike of the ladder is held")
 	fs.IntVar(&c.Worker.Concurrency, "concurrency", 200, "worker (and floor) concurrency")
-	fs.StringVar(&c.RedisURL, "redis-url", "", "use this Redis instead of starting one on 127.0.0.1")
-	fs.BoolVar(&c.ExternalWorkers, "external-workers", false, "start no worker: a deployment's workers consume -namespace (needs -redis-url)")
+	redisURL := fs.String("redis-url", "", "use this Redis instead of starting one on 127.0.0.1")
+	clusterAddrs := fs.String("redis-cluster-addrs", "", "use this Redis Cluster (comma-separated seed host:port) instead of starting a Redis")
+	fs.BoolVar(&c.ExternalWorkers, "external-workers", false, "start no worker: a deployment's workers consume -namespace (needs -redis-url or -redis-cluster-addrs)")
 	fs.StringVar(&c.Namespace, "namespace", "bench", "namespace prefix (with -external-workers: the deployment's namespace)")
 	fs.BoolVar(&c.ViralExtras, "viral-extras", false, "add a flaky and a gone subscriber to the viral burst")
 	fs.DurationVar(&c.Timeout, "timeout", 10*time.Minute, "longest wait for one scenario's queue to settle")
@@ -52,7 +55,22 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 	}
 	c.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if *serveFloor {
-		return ServeFloor(ctx, FloorConfig{RedisURL: c.RedisURL, Queue: *floorQueue, Concurrency: c.Worker.Concurrency})
+		// Run hands the floor its Redis as environment variables, as it
+		// does a worker (see startFloor).
+		rc, err := deploy.RedisFromEnv(os.Getenv)
+		if err != nil {
+			return err
+		}
+		return ServeFloor(ctx, FloorConfig{RedisConfig: rc, Queue: *floorQueue, Concurrency: c.Worker.Concurrency})
+	}
+	// The flags read as the variables they stand for, so that they are
+	// parsed and checked alike (two at once is an error).
+	var err error
+	c.Redis, err = deploy.RedisFromEnv(func(name string) string {
+		return map[string]string{deploy.EnvRedisURL: *redisURL, deploy.EnvRedisClusterAddrs: *clusterAddrs}[name]
+	})
+	if err != nil {
+		return fmt.Errorf("hooklane bench: -redis-url, -redis-cluster-addrs: %w", err)
 	}
 	for s := range strings.SplitSeq(*scenarios, ",") {
 		if s = strings.TrimSpace(s); s != "" {

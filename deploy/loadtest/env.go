@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
 )
@@ -24,7 +26,7 @@ import (
 // env is what every scenario shares: Redis, the receiver, the probe.
 type env struct {
 	cfg   Config
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	recv  *Receiver
 	probe *lagProbe
 	log   *slog.Logger
@@ -61,7 +63,7 @@ func (e *env) startWorker(ctx context.Context, ns string) (*proc, error) {
 		go func() { p.done <- w.Run(ctx) }()
 		return p, nil
 	}
-	env := []string{"REDIS_URL=" + e.cfg.RedisURL, "HOOKLANE_NAMESPACE=" + ns}
+	env := append(e.cfg.Redis.Env(), "HOOKLANE_NAMESPACE="+ns)
 	add := func(name string, v any, zero bool) {
 		if !zero {
 			env = append(env, fmt.Sprintf("%s=%v", name, v))
@@ -83,7 +85,7 @@ func (e *env) startWorker(ctx context.Context, ns string) (*proc, error) {
 
 // startFloor starts the floor server (see ServeFloor) on queue.
 func (e *env) startFloor(ctx context.Context, queue string) (*proc, error) {
-	fc := FloorConfig{RedisURL: e.cfg.RedisURL, Queue: queue, Concurrency: e.cfg.Worker.Concurrency}
+	fc := FloorConfig{RedisConfig: e.cfg.Redis, Queue: queue, Concurrency: e.cfg.Worker.Concurrency}
 	if e.cfg.Exec == "" {
 		fc.Redis = e.rdb
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -91,7 +93,9 @@ func (e *env) startFloor(ctx context.Context, queue string) (*proc, error) {
 		go func() { p.done <- ServeFloor(ctx, fc) }()
 		return p, nil
 	}
-	return e.exec("floor-"+queue, nil, "bench", "-serve-floor", "-redis-url", fc.RedisURL,
+	// The Redis goes as environment variables, as to a worker: flags
+	// cannot carry Sentinel, passwords or TLS.
+	return e.exec("floor-"+queue, fc.RedisConfig.Env(), "bench", "-serve-floor",
 		"-floor-queue", queue, "-concurrency", strconv.Itoa(fc.WithDefaults().Concurrency))
 }
 
@@ -101,7 +105,7 @@ func (e *env) exec(name string, env []string, args ...string) (*proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(e.cfg.Exec, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(withoutRedisVars(os.Environ()), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Its own process group: a Ctrl-C for the harness must reach it through
 	// Stop, after the harness is done with it, not before.
@@ -113,6 +117,16 @@ func (e *env) exec(name string, env []string, args ...string) (*proc, error) {
 	p := &proc{name: name, cmd: cmd, done: make(chan error, 1), log: f}
 	go func() { p.done <- cmd.Wait() }()
 	return p, nil
+}
+
+// withoutRedisVars is environ without the Redis variables: a child given
+// Config.Redis as variables must not also see this process' own (two modes
+// at once would stop it, a stray password would go to the wrong Redis).
+func withoutRedisVars(environ []string) []string {
+	return slices.DeleteFunc(slices.Clone(environ), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(deploy.RedisEnvVars, name)
+	})
 }
 
 // PeakRSS is the subprocess's peak resident set in bytes (VmHWM), 0 when

@@ -15,6 +15,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/deploy"
 )
 
 // TypeFloorPost is the floor's only task type.
@@ -28,9 +30,9 @@ type FloorPost struct {
 
 // FloorConfig configures ServeFloor. Zero fields take the defaults named.
 type FloorConfig struct {
-	// RedisURL is used when Redis is nil.
-	RedisURL string
-	Redis    redis.UniversalClient
+	// RedisConfig is used when Redis is nil.
+	RedisConfig deploy.RedisConfig
+	Redis       redis.UniversalClient
 	// Queue to serve. Required.
 	Queue string
 	// Concurrency, as the worker's. Default 200.
@@ -47,8 +49,8 @@ func (c FloorConfig) validate() error {
 	switch {
 	case c.Queue == "":
 		return errors.New("floor: Queue is required")
-	case c.Redis == nil && c.RedisURL == "":
-		return errors.New("floor: RedisURL or Redis is required")
+	case c.Redis == nil && !c.RedisConfig.IsSet():
+		return errors.New("floor: RedisConfig or Redis is required")
 	case c.Concurrency < 1:
 		return errors.New("floor: Concurrency must be at least 1")
 	}
@@ -68,11 +70,10 @@ func ServeFloor(ctx context.Context, c FloorConfig) error {
 	}
 	rdb := c.Redis
 	if rdb == nil {
-		opt, err := redis.ParseURL(c.RedisURL)
+		client, err := c.RedisConfig.NewClient(deploy.ClientTuning{})
 		if err != nil {
-			return fmt.Errorf("floor: redis url: %w", err)
+			return fmt.Errorf("floor: %w", err)
 		}
-		client := redis.NewClient(opt)
 		defer client.Close()
 		rdb = client
 	}

@@ -16,8 +16,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/worker"
@@ -46,9 +44,10 @@ type Config struct {
 	// floor as `hooklane bench -serve-floor`, so that their peak RSS is
 	// theirs alone. Empty: both run in this process (the tests).
 	Exec string
-	// RedisURL is an existing Redis to use; empty starts a redis-server on
-	// a free 127.0.0.1 port for the run.
-	RedisURL string
+	// Redis is an existing Redis to use (one server, a Cluster or
+	// Sentinel); no mode set starts a redis-server on a free 127.0.0.1
+	// port for the run. Subprocess workers get it as environment variables.
+	Redis deploy.RedisConfig
 	// ExternalWorkers starts no worker: a deployment's workers, consuming
 	// Namespace, deliver. Scenarios then share Namespace and the floor is
 	// not run.
@@ -118,8 +117,11 @@ func (c Config) validate() error {
 		return errors.New("loadtest: Scale must be in (0, 100]")
 	case c.Hold < time.Second || c.Hold > 10*time.Minute:
 		return errors.New("loadtest: Hold must be between 1s and 10m")
-	case c.ExternalWorkers && c.RedisURL == "":
-		return errors.New("loadtest: ExternalWorkers needs RedisURL: the Redis those workers use")
+	case c.ExternalWorkers && !c.Redis.IsSet():
+		return errors.New("loadtest: ExternalWorkers needs Redis: the Redis those workers use")
+	}
+	if err := c.Redis.Validate(); err != nil {
+		return fmt.Errorf("loadtest: %w", err)
 	}
 	return nil
 }
@@ -135,20 +137,18 @@ func Run(ctx context.Context, cfg Config, summary io.Writer) (*Report, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
-	if cfg.RedisURL == "" {
+	if !cfg.Redis.IsSet() {
 		r, err := deploy.StartRedis(ctx, deploy.RedisOpts{Dir: filepath.Join(cfg.Out, "redis")})
 		if err != nil {
 			return nil, err
 		}
 		defer r.Stop()
-		cfg.RedisURL = r.URL
+		cfg.Redis = deploy.RedisConfig{URL: r.URL}
 	}
-	opt, err := redis.ParseURL(cfg.RedisURL)
+	rdb, err := cfg.Redis.NewClient(deploy.ClientTuning{PoolSize: 128})
 	if err != nil {
-		return nil, fmt.Errorf("loadtest: RedisURL: %w", err)
+		return nil, fmt.Errorf("loadtest: %w", err)
 	}
-	opt.PoolSize = 128
-	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	e := &env{cfg: cfg, rdb: rdb, recv: NewReceiver(cfg.Logger), probe: &lagProbe{}, log: cfg.Logger}
 	defer e.recv.Close()

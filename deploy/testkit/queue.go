@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/hibiken/asynq"
@@ -81,4 +82,23 @@ func QueueInfo(insp *asynq.Inspector, ns string) (*asynq.QueueInfo, error) {
 		sum.Paused = sum.Paused || i.Paused
 	}
 	return sum, nil
+}
+
+// QueueSize is how many tasks queue holds in any state; a queue asynq
+// never saw (no task was ever enqueued) holds none.
+func QueueSize(t testing.TB, insp *asynq.Inspector, queue string) int {
+	t.Helper()
+	// asynq's "no such queue" error is of an internal type: ask for the list.
+	queues, err := insp.Queues()
+	if err != nil {
+		t.Fatalf("listing queues: %v", err)
+	}
+	if !slices.Contains(queues, queue) {
+		return 0
+	}
+	q, err := insp.GetQueueInfo(queue)
+	if err != nil {
+		t.Fatalf("reading queue %s: %v", queue, err)
+	}
+	return q.Size
 }
