@@ -40,9 +40,16 @@ type MigrationReport struct {
 func (p *Producer) Migrate(ctx context.Context, again bool) (MigrationReport, error) {
 	var rep MigrationReport
 	v1 := p.keys.V1()
-	n, err := p.rdb.Exists(ctx, v1.Subscribers(), v1.DeadIndex()).Result()
-	if err != nil || n == 0 {
-		return rep, err // nothing of the release before
+	// One key per EXISTS: on a Cluster the two are in different slots.
+	var subs, dead *redis.IntCmd
+	if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		subs, dead = pl.Exists(ctx, v1.Subscribers()), pl.Exists(ctx, v1.DeadIndex())
+		return nil
+	}); err != nil {
+		return rep, err
+	}
+	if subs.Val()+dead.Val() == 0 {
+		return rep, nil // nothing of the release before
 	}
 	if done, err := p.rdb.HGet(ctx, p.keys.Layout(), "migrated").Result(); err == nil && done == "1" && !again {
 		return rep, nil
