@@ -2,6 +2,7 @@
 //
 //	hooklane worker   deliver queued events (config from the environment; see README)
 //	hooklane web      the API, the asynqmon UI and /metrics on $PORT
+//	hooklane migrate  carry over what the release before wrote since the upgrade
 //	hooklane dev      local Redis, worker, web and a demo (what `make run` runs)
 //	hooklane bench    the load harness (deploy/loadtest); -h lists its flags
 //	hooklane publish|subscribers|dead-letters …   operator commands over the API
@@ -27,7 +28,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
 		if errors.Is(err, web.ErrUsage) {
-			err = fmt.Errorf("%w\nusage: hooklane worker|web|dev|bench\n%s", err, web.CLIUsage)
+			err = fmt.Errorf("%w\nusage: hooklane worker|web|dev|bench|migrate\n%s", err, web.CLIUsage)
 		}
 		fmt.Fprintln(os.Stderr, "hooklane:", err)
 		os.Exit(1)
@@ -52,6 +53,13 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		return w.Run(ctx)
+	case len(args) == 1 && args[0] == "migrate":
+		cfg, err := worker.FromEnv()
+		if err != nil {
+			return err
+		}
+		cfg.Logger = log
+		return worker.Migrate(ctx, cfg, os.Stdout)
 	case len(args) == 1 && args[0] == "web":
 		cfg, err := web.FromEnv()
 		if err != nil {

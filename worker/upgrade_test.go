@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +152,53 @@ func TestOldReleaseWritingDuringTheUpgrade(t *testing.T) {
 	}
 	if late, err := p.GetSubscriber(ctx, "late"); err != nil || late.URL != s.URL {
 		t.Fatalf("the subscriber the old API created during the upgrade: %+v, %v", late, err)
+	}
+}
+
+// `hooklane migrate` carries over what the release before's API wrote after
+// the workers migrated the namespace (a subscriber created meanwhile) and
+// leaves what this release changed since (a subscriber's new URL) alone.
+func TestMigrateCommandCarriesOverLateWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := testkit.Namespace("migrate")
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	secret, _ := tasks.NewSecret()
+	oldSubscriber(t, rdb, ns, "a", "https://a.test/old", secret)
+	migrate := func() string {
+		t.Helper()
+		cmd := exec.Command(hooklaneBin(t), "migrate")
+		cmd.Env = []string{"REDIS_URL=" + redisURL(), "HOOKLANE_NAMESPACE=" + ns}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("hooklane migrate: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := migrate(); got != `{"subscribers":1,"dead_letters":0,"cooldowns":0}` {
+		t.Fatalf("first migrate reported %s; want one subscriber", got)
+	}
+	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := p.GetSubscriber(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.URL = "https://a.test/new"
+	if _, err := p.PutSubscriber(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	oldSubscriber(t, rdb, ns, "b", "https://b.test/", secret)
+	if got := migrate(); got != `{"subscribers":1,"dead_letters":0,"cooldowns":0}` {
+		t.Fatalf("second migrate reported %s; want the one created since", got)
+	}
+	if b, err := p.GetSubscriber(ctx, "b"); err != nil || b.URL != "https://b.test/" {
+		t.Fatalf("the subscriber created by the old API after the migration: %+v, %v", b, err)
+	}
+	if a, err := p.GetSubscriber(ctx, "a"); err != nil || a.URL != "https://a.test/new" {
+		t.Fatalf("the subscriber changed since the migration: %+v, %v; want its new URL kept", a, err)
 	}
 }

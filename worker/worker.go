@@ -28,6 +28,10 @@ type Worker struct {
 // Stats returns the worker's live counters.
 func (w *Worker) Stats() *Stats { return &w.stats }
 
+// redisTuning is the worker's own Redis client's: commands retried through
+// a Redis restart or failover (see New).
+var redisTuning = deploy.ClientTuning{MaxRetries: 10, MinRetryBackoff: 250 * time.Millisecond, MaxRetryBackoff: time.Second}
+
 // New builds a Worker; Start or Run it.
 func New(cfg Config) (*Worker, error) {
 	cfg = cfg.WithDefaults()
@@ -43,7 +47,7 @@ func New(cfg Config) (*Worker, error) {
 		// with a context that is already canceled (asynq v0.26 processor.go,
 		// `defer cancel()`), so a delivery finished during an outage would
 		// stay active until lease recovery and be sent again 1-2 min later.
-		rdb, err := cfg.RedisConfig.NewClient(deploy.ClientTuning{MaxRetries: 10, MinRetryBackoff: 250 * time.Millisecond, MaxRetryBackoff: time.Second})
+		rdb, err := cfg.RedisConfig.NewClient(redisTuning)
 		if err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
