@@ -92,6 +92,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("producer: %w", err)
 		}
 	}
+	if err := tasks.ValidateNamespace(c.Namespace); err != nil {
+		return fmt.Errorf("producer: Namespace: %w", err)
+	}
 	switch {
 	case c.DedupWindow < 0:
 		return errors.New("producer: DedupWindow must not be negative")

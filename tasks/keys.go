@@ -30,6 +30,16 @@ import (
 // Lifetimes are named beside each key. "Owner" is who writes it.
 type Keys string
 
+// ValidateNamespace refuses a namespace that would break the key layout:
+// a brace would move the hash tags (and with them the slots), a space or
+// control character is no key a person can type.
+func ValidateNamespace(ns string) error {
+	if ns == "" || len(ns) > 64 || !idChars(ns, false) {
+		return invalid("namespace", "want 1-64 characters of A-Z a-z 0-9 . _ - :")
+	}
+	return nil
+}
+
 // Namespace is the namespace the keys are under.
 func (ns Keys) Namespace() string { return string(ns) }
 

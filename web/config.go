@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/tasks"
 )
 
 // Config configures a Server. Zero fields take the defaults named; FromEnv
@@ -64,6 +65,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) validate() error {
 	if err := c.RedisConfig.Validate(); err != nil {
 		return fmt.Errorf("web: %w", err)
+	}
+	if err := tasks.ValidateNamespace(c.Namespace); err != nil {
+		return fmt.Errorf("web: Namespace (HOOKLANE_NAMESPACE): %w", err)
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("web: Addr (HOOKLANE_ADDR or PORT) %q: %v", c.Addr, err)

@@ -140,6 +140,9 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("worker: %w", err))
 		}
 	}
+	if err := tasks.ValidateNamespace(c.Namespace); err != nil {
+		errs = append(errs, fmt.Errorf("worker: Namespace (HOOKLANE_NAMESPACE): %w", err))
+	}
 	atLeast("Concurrency (HOOKLANE_CONCURRENCY)", c.Concurrency, 1)
 	atLeast("MaxWaiters (HOOKLANE_MAX_WAITERS)", c.MaxWaiters, 1)
 	atLeast("MaxWaiting (HOOKLANE_MAX_WAITING)", c.MaxWaiting, 1)
