@@ -3,6 +3,7 @@ package loadtest
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,17 +22,30 @@ type env struct {
 	stalls []stall
 }
 
-// queuesOf are namespace ns's delivery queues (default region) and its
-// legacy one, as many as its layout says.
+// queuesOf are namespace ns's delivery queues, both lanes of every shard
+// its layout has in every region (the default one and each a subscriber
+// names, as a worker serving every region finds them), and its legacy
+// one.
 func (e *env) queuesOf(ctx context.Context, ns string) []string {
 	keys := tasks.Keys(ns)
 	shards, err := e.rdb.HGet(ctx, keys.Layout(), "shards").Int()
 	if err != nil || shards < 1 {
 		shards = 1
 	}
+	regions := []string{tasks.DefaultRegion}
+	if named, err := e.rdb.SMembers(ctx, keys.Regions()).Result(); err == nil {
+		slices.Sort(named)
+		for _, r := range named {
+			if !slices.Contains(regions, r) {
+				regions = append(regions, r)
+			}
+		}
+	}
 	qs := []string{keys.LegacyQueue()}
-	for i := range shards {
-		qs = append(qs, keys.ShardQueue("", tasks.LaneFresh, i), keys.ShardQueue("", tasks.LaneBacklog, i))
+	for _, r := range regions {
+		for i := range shards {
+			qs = append(qs, keys.ShardQueue(r, tasks.LaneFresh, i), keys.ShardQueue(r, tasks.LaneBacklog, i))
+		}
 	}
 	return qs
 }
