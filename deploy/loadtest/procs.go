@@ -26,16 +26,20 @@ type proc struct {
 	done   chan error
 	cancel context.CancelFunc
 	log    *os.File
+	// delivered counts an in-process worker's 2xx answers (nil for a
+	// subprocess or the floor).
+	delivered func() int64
 }
 
-// startWorker starts a hooklane worker on namespace ns. With Config.Exec it
-// is `hooklane worker` configured through its environment variables, as a
-// deployment runs it; otherwise worker.New in this process.
-func (e *env) startWorker(ctx context.Context, ns string) (*proc, error) {
+// startWorker starts hooklane worker i (from 1) on namespace ns. With
+// Config.Exec it is `hooklane worker` configured through its environment
+// variables, as a deployment runs it; otherwise worker.New in this process.
+func (e *env) startWorker(ctx context.Context, ns string, i int) (*proc, error) {
 	wc := e.cfg.Worker
 	if e.cfg.ExternalWorkers {
 		return &proc{name: "external"}, nil
 	}
+	name := fmt.Sprintf("worker-%s-%d", ns, i)
 	if e.cfg.Exec == "" {
 		wc.Redis, wc.Namespace = e.rdb, ns
 		w, err := worker.New(wc)
@@ -43,7 +47,7 @@ func (e *env) startWorker(ctx context.Context, ns string) (*proc, error) {
 			return nil, err
 		}
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		p := &proc{name: "worker", done: make(chan error, 1), cancel: cancel}
+		p := &proc{name: name, done: make(chan error, 1), cancel: cancel, delivered: w.Stats().Delivered.Load}
 		go func() { p.done <- w.Run(ctx) }()
 		return p, nil
 	}
@@ -59,28 +63,31 @@ func (e *env) startWorker(ctx context.Context, ns string) (*proc, error) {
 	add("HOOKLANE_BACKOFF_MAX", wc.BackoffMax, wc.BackoffMax == 0)
 	add("HOOKLANE_PAUSE_RECHECK", wc.PauseRecheck, wc.PauseRecheck == 0)
 	add("HOOKLANE_SHUTDOWN_TIMEOUT", wc.ShutdownTimeout, wc.ShutdownTimeout == 0)
+	add("HOOKLANE_QUEUE_SHARDS", wc.Shards, wc.Shards == 0)
 	cidrs := make([]string, len(wc.AllowedCIDRs))
 	for i, p := range wc.AllowedCIDRs {
 		cidrs[i] = p.String()
 	}
 	add("HOOKLANE_ALLOWED_CIDRS", strings.Join(cidrs, ","), len(cidrs) == 0)
-	return e.exec("worker-"+ns, env, "worker")
+	return e.exec(name, env, "worker")
 }
 
-// startFloor starts the floor server (see ServeFloor) on queue.
-func (e *env) startFloor(ctx context.Context, queue string) (*proc, error) {
-	fc := FloorConfig{RedisConfig: e.cfg.Redis, Queue: queue, Concurrency: e.cfg.Worker.Concurrency}
+// startFloor starts the floor server (see ServeFloor) on queue, with
+// servers asynq Servers.
+func (e *env) startFloor(ctx context.Context, queue string, servers int) (*proc, error) {
+	fc := FloorConfig{RedisConfig: e.cfg.Redis, Queue: queue, Concurrency: e.cfg.Worker.Concurrency, Servers: servers}
+	name := fmt.Sprintf("floor-%s-x%d", queue, fc.WithDefaults().Servers)
 	if e.cfg.Exec == "" {
 		fc.Redis = e.rdb
 		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		p := &proc{name: "floor", done: make(chan error, 1), cancel: cancel}
+		p := &proc{name: name, done: make(chan error, 1), cancel: cancel}
 		go func() { p.done <- ServeFloor(ctx, fc) }()
 		return p, nil
 	}
 	// The Redis goes as environment variables, as to a worker: flags
 	// cannot carry Sentinel, passwords or TLS.
-	return e.exec("floor-"+queue, fc.RedisConfig.Env(), "bench", "-serve-floor",
-		"-floor-queue", queue, "-concurrency", strconv.Itoa(fc.WithDefaults().Concurrency))
+	return e.exec(name, fc.RedisConfig.Env(), "bench", "-serve-floor", "-floor-queue", queue,
+		"-concurrency", strconv.Itoa(fc.WithDefaults().Concurrency), "-floor-servers", strconv.Itoa(fc.WithDefaults().Servers))
 }
 
 func (e *env) exec(name string, env []string, args ...string) (*proc, error) {

@@ -24,6 +24,7 @@ type Report struct {
 	Command   string            `json:"command"`
 	Machine   string            `json:"machine"`
 	Settings  map[string]string `json:"settings"`
+	Topology  Topology          `json:"topology"`
 	Scenarios []*ScenarioReport `json:"scenarios"`
 }
 
@@ -59,7 +60,11 @@ type ScenarioReport struct {
 	HandlerRuns      int64     `json:"handler_runs"`
 	RunsPerDelivery  float64   `json:"runs_per_delivery"`
 	Redis            RedisCost `json:"redis"`
-	WorkerPeakRSSMiB float64   `json:"worker_peak_rss_mib"`
+	// WorkerPeakRSSMiB sums the workers' peaks; Workers lists each.
+	WorkerPeakRSSMiB float64     `json:"worker_peak_rss_mib"`
+	Workers          []ProcStats `json:"workers,omitempty"`
+	// QueueShards is the queue count per lane the scenario's namespace has.
+	QueueShards int `json:"queue_shards"`
 	// CPU per delivery in microseconds: the worker process (subprocess
 	// only) and this process (generator and receiver).
 	WorkerCPUPerDelivery  float64          `json:"worker_cpu_usec_per_delivery"`
