@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -140,23 +141,45 @@ func TestSpikeScheduleLeavesTimeToDrain(t *testing.T) {
 
 func TestCommandRejectsBadFlags(t *testing.T) {
 	t.Parallel()
-	var out, errs strings.Builder
-	if err := Command(context.Background(), []string{"-scenarios", "nope", "-out", t.TempDir()}, "", &out, &errs); err == nil ||
-		!strings.Contains(err.Error(), `unknown scenario "nope"`) {
-		t.Fatalf("err %v", err)
-	}
-	if err := Command(context.Background(), []string{"-scale", "0", "-scenarios", "throughput", "-out", t.TempDir()}, "", &out, &errs); err == nil {
-		t.Fatal("scale 0 accepted")
-	}
-	if err := Command(context.Background(), []string{"-external-workers"}, "", &out, &errs); err == nil {
-		t.Fatal("external workers without a Redis URL accepted")
-	}
-	if err := Command(context.Background(), []string{"-redis-url", "redis://127.0.0.1:1/0", "-redis-cluster-addrs", "127.0.0.1:2"}, "", &out, &errs); err == nil ||
-		!strings.Contains(err.Error(), "-redis-cluster-addrs") || !strings.Contains(err.Error(), "choose one") {
-		t.Fatalf("-redis-url with -redis-cluster-addrs: %v", err)
-	}
-	if err := Command(context.Background(), []string{"-redis-cluster-addrs", "127.0.0.1"}, "", &out, &errs); err == nil ||
-		!strings.Contains(err.Error(), "host:port") {
-		t.Fatalf("-redis-cluster-addrs without a port: %v", err)
+	for _, tt := range []struct {
+		args []string
+		want string // in the error
+	}{
+		{[]string{"-scenarios", "nope"}, `unknown scenario "nope"`},
+		{[]string{"-scale", "0", "-scenarios", "throughput"}, "-scale must be positive"},
+		{[]string{"-external-workers"}, "ExternalWorkers needs Redis"},
+		{[]string{"-redis-url", "redis://127.0.0.1:1/0", "-redis-cluster-addrs", "127.0.0.1:2"}, "choose one"},
+		{[]string{"-redis-cluster-addrs", "127.0.0.1"}, "host:port"},
+		// Zero would silently read as the default.
+		{[]string{"-workers", "0"}, "-workers must be at least 1, not 0"},
+		{[]string{"-workers", "-2"}, "-workers must be at least 1, not -2"},
+		{[]string{"-workers", "65"}, "Workers must be 1-64, not 65"},
+		{[]string{"-workers", "2", "-external-workers", "-redis-url", "redis://127.0.0.1:1/0"}, "with ExternalWorkers it starts none"},
+		{[]string{"-floor-servers", "0"}, "-floor-servers must be at least 1"},
+		{[]string{"-floor-servers", "100"}, "FloorServers must be 1-64, not 100"},
+		{[]string{"-tput-subscribers", "0"}, "-tput-subscribers must be at least 1"},
+		{[]string{"-tput-subscribers", "1001"}, "ThroughputSubscribers must be 1-1000"},
+		{[]string{"-concurrency", "0"}, "-concurrency must be at least 1"},
+		{[]string{"-shards", "-1"}, "Shards must be 0 (the namespace's default) or 1-256, not -1"},
+		{[]string{"-shards", "257"}, "Shards must be 0 (the namespace's default) or 1-256, not 257"},
+		{[]string{"-workers", "x"}, `invalid value "x" for flag -workers`},
+		// -cluster starts a Cluster of its own: another Redis is a mistake.
+		{[]string{"-cluster", "-redis-url", "redis://127.0.0.1:1/0"}, "Cluster starts a Redis Cluster of its own, but Redis is set (single)"},
+		{[]string{"-cluster", "-redis-cluster-addrs", "127.0.0.1:2"}, "but Redis is set (cluster)"},
+		{[]string{"-cluster", "-external-workers"}, "ExternalWorkers needs Redis"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			t.Parallel()
+			out := t.TempDir()
+			var stdout, stderr strings.Builder
+			err := Command(context.Background(), append(tt.args, "-out", out), "", &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err %v, want one saying %q", err, tt.want)
+			}
+			// Refused before anything ran: no Redis started, no report.
+			if ents, _ := os.ReadDir(out); len(ents) != 0 {
+				t.Errorf("the refused run left %v in -out", ents)
+			}
+		})
 	}
 }

@@ -33,7 +33,12 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 	fs.StringVar(&c.Out, "out", ".hooklane/bench", "folder for report.json, summary.txt, charts and worker logs")
 	fs.Float64Var(&c.Scale, "scale", 1, "multiply event counts and the spike ladder's rates")
 	fs.DurationVar(&c.Hold, "hold", 30*time.Second, "how long each spike of the ladder is held")
-	fs.IntVar(&c.Worker.Concurrency, "concurrency", 200, "worker (and floor) concurrency")
+	fs.IntVar(&c.Worker.Concurrency, "concurrency", 200, "worker (and floor) concurrency, per asynq Server")
+	fs.IntVar(&c.Workers, "workers", 1, "worker processes per scenario (in-process Workers with -in-process)")
+	fs.IntVar(&c.Worker.Shards, "shards", 0, "delivery queues per lane (HOOKLANE_QUEUE_SHARDS of the workers and the harness' producer); 0: the namespace's default, 1 on one Redis, 6 on a Cluster")
+	fs.IntVar(&c.ThroughputSubscribers, "tput-subscribers", 10, "fast subscribers of the throughput scenario, 2,000 × scale events each")
+	fs.IntVar(&c.FloorServers, "floor-servers", 1, "asynq Servers of a second floor process, run beside the one-Server floor when above 1")
+	fs.BoolVar(&c.Cluster, "cluster", false, "start a 3-master Redis Cluster on 127.0.0.1 instead of one redis-server")
 	redisURL := fs.String("redis-url", "", "use this Redis instead of starting one on 127.0.0.1")
 	clusterAddrs := fs.String("redis-cluster-addrs", "", "use this Redis Cluster (comma-separated seed host:port) instead of starting a Redis")
 	fs.BoolVar(&c.ExternalWorkers, "external-workers", false, "start no worker: a deployment's workers consume -namespace (needs -redis-url or -redis-cluster-addrs)")
@@ -43,8 +48,17 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if c.Scale <= 0 { // zero would read as "default" below
+	// Zero would read as "default" in Config.
+	if c.Scale <= 0 {
 		return errors.New("hooklane bench: -scale must be positive")
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"workers", c.Workers}, {"tput-subscribers", c.ThroughputSubscribers}, {"floor-servers", c.FloorServers}, {"concurrency", c.Worker.Concurrency}} {
+		if f.v < 1 {
+			return fmt.Errorf("hooklane bench: -%s must be at least 1, not %d", f.name, f.v)
+		}
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("hooklane bench: unexpected arguments %q", fs.Args())
@@ -61,7 +75,7 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 		if err != nil {
 			return err
 		}
-		return ServeFloor(ctx, FloorConfig{RedisConfig: rc, Queue: *floorQueue, Concurrency: c.Worker.Concurrency})
+		return ServeFloor(ctx, FloorConfig{RedisConfig: rc, Queue: *floorQueue, Concurrency: c.Worker.Concurrency, Servers: c.FloorServers})
 	}
 	// The flags read as the variables they stand for, so that they are
 	// parsed and checked alike (two at once is an error).

@@ -1,26 +1,14 @@
 package loadtest
 
 import (
-	"bufio"
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/tasks"
-	"github.com/hooklane/hooklane/worker"
 )
 
 // env is what every scenario shares: Redis, the receiver, the probe.
@@ -34,315 +22,30 @@ type env struct {
 	stalls []stall
 }
 
-// proc is a running worker or floor server, in this process or as a
-// subprocess of Config.Exec.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	done   chan error
-	cancel context.CancelFunc
-	log    *os.File
-}
-
-// startWorker starts a hooklane worker on namespace ns. With Config.Exec it
-// is `hooklane worker` configured through its environment variables, as a
-// deployment runs it; otherwise worker.New in this process.
-func (e *env) startWorker(ctx context.Context, ns string) (*proc, error) {
-	wc := e.cfg.Worker
-	if e.cfg.ExternalWorkers {
-		return &proc{name: "external"}, nil
-	}
-	if e.cfg.Exec == "" {
-		wc.Redis, wc.Namespace = e.rdb, ns
-		w, err := worker.New(wc)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		p := &proc{name: "worker", done: make(chan error, 1), cancel: cancel}
-		go func() { p.done <- w.Run(ctx) }()
-		return p, nil
-	}
-	env := append(e.cfg.Redis.Env(), "HOOKLANE_NAMESPACE="+ns)
-	add := func(name string, v any, zero bool) {
-		if !zero {
-			env = append(env, fmt.Sprintf("%s=%v", name, v))
-		}
-	}
-	add("HOOKLANE_CONCURRENCY", wc.Concurrency, wc.Concurrency == 0)
-	add("HOOKLANE_MAX_WAIT", wc.MaxWait, wc.MaxWait == 0)
-	add("HOOKLANE_BACKOFF_BASE", wc.BackoffBase, wc.BackoffBase == 0)
-	add("HOOKLANE_BACKOFF_MAX", wc.BackoffMax, wc.BackoffMax == 0)
-	add("HOOKLANE_PAUSE_RECHECK", wc.PauseRecheck, wc.PauseRecheck == 0)
-	add("HOOKLANE_SHUTDOWN_TIMEOUT", wc.ShutdownTimeout, wc.ShutdownTimeout == 0)
-	cidrs := make([]string, len(wc.AllowedCIDRs))
-	for i, p := range wc.AllowedCIDRs {
-		cidrs[i] = p.String()
-	}
-	add("HOOKLANE_ALLOWED_CIDRS", strings.Join(cidrs, ","), len(cidrs) == 0)
-	return e.exec("worker-"+ns, env, "worker")
-}
-
-// startFloor starts the floor server (see ServeFloor) on queue.
-func (e *env) startFloor(ctx context.Context, queue string) (*proc, error) {
-	fc := FloorConfig{RedisConfig: e.cfg.Redis, Queue: queue, Concurrency: e.cfg.Worker.Concurrency}
-	if e.cfg.Exec == "" {
-		fc.Redis = e.rdb
-		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		p := &proc{name: "floor", done: make(chan error, 1), cancel: cancel}
-		go func() { p.done <- ServeFloor(ctx, fc) }()
-		return p, nil
-	}
-	// The Redis goes as environment variables, as to a worker: flags
-	// cannot carry Sentinel, passwords or TLS.
-	return e.exec("floor-"+queue, fc.RedisConfig.Env(), "bench", "-serve-floor",
-		"-floor-queue", queue, "-concurrency", strconv.Itoa(fc.WithDefaults().Concurrency))
-}
-
-func (e *env) exec(name string, env []string, args ...string) (*proc, error) {
-	f, err := os.Create(filepath.Join(e.cfg.Out, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(e.cfg.Exec, args...)
-	cmd.Env = append(withoutRedisVars(os.Environ()), env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// Its own process group: a Ctrl-C for the harness must reach it through
-	// Stop, after the harness is done with it, not before.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan error, 1), log: f}
-	go func() { p.done <- cmd.Wait() }()
-	return p, nil
-}
-
-// withoutRedisVars is environ without the Redis variables: a child given
-// Config.Redis as variables must not also see this process' own (two modes
-// at once would stop it, a stray password would go to the wrong Redis).
-func withoutRedisVars(environ []string) []string {
-	return slices.DeleteFunc(slices.Clone(environ), func(kv string) bool {
-		name, _, _ := strings.Cut(kv, "=")
-		return slices.Contains(deploy.RedisEnvVars, name)
-	})
-}
-
-// PeakRSS is the subprocess's peak resident set in bytes (VmHWM), 0 when
-// it runs in this process.
-func (p *proc) PeakRSS() int64 {
-	if p.cmd == nil {
-		return 0
-	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// CPU is the CPU time (user + system) the subprocess has used so far, 0
-// when it runs in this process.
-func (p *proc) CPU() time.Duration {
-	if p.cmd == nil {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	_, rest, ok := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	const ticks = 100 // USER_HZ, 100 on every Linux this runs on
-	return time.Duration(ut+st) * time.Second / ticks
-}
-
-// selfCPU is this process's CPU time: the generator's and the receiver's.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// Stop shuts the process down gracefully (SIGTERM; Kill after 40s) and
-// returns its peak RSS, read just before.
-func (p *proc) Stop() (int64, error) {
-	if p.done == nil { // external
-		return 0, nil
-	}
-	rss := p.PeakRSS()
-	if p.cancel != nil {
-		p.cancel()
-	} else {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	var err error
-	select {
-	case err = <-p.done:
-	case <-time.After(40 * time.Second):
-		if p.cmd != nil {
-			_ = p.cmd.Process.Kill()
-		}
-		err = <-p.done
-		err = errors.Join(fmt.Errorf("%s did not stop within 40s", p.name), err)
-	}
-	if p.log != nil {
-		p.log.Close()
-	}
-	return rss, err
-}
-
-// redisStats is a snapshot of Redis' own counters.
-type redisStats struct {
-	Calls map[string]int64 // per command, including those run inside Lua
-	Usec  int64            // Redis CPU time spent in commands
-	Reads int64            // total_reads_processed: one per client round trip, near enough
-	CPU   time.Duration    // used_cpu_user + used_cpu_sys: the server's whole CPU, I/O included
-}
-
-func (e *env) redisSnapshot(ctx context.Context) (redisStats, error) {
-	s := redisStats{Calls: map[string]int64{}}
-	txt, err := e.rdb.Info(ctx, "commandstats", "stats", "cpu").Result()
-	if err != nil {
-		return s, err
-	}
-	for line := range strings.SplitSeq(txt, "\n") {
-		line = strings.TrimSpace(line)
-		if v, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
-			s.Reads, _ = strconv.ParseInt(v, 10, 64)
-		}
-		if k, v, ok := strings.Cut(line, ":"); ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, _ := strconv.ParseFloat(v, 64)
-			s.CPU += time.Duration(f * float64(time.Second))
-		}
-		name, rest, ok := strings.Cut(line, ":")
-		cmd, isCmd := strings.CutPrefix(name, "cmdstat_")
-		if !ok || !isCmd {
-			continue
-		}
-		for kv := range strings.SplitSeq(rest, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "calls":
-				s.Calls[cmd] = n
-			case "usec":
-				s.Usec += n
-			}
-		}
-	}
-	return s, nil
-}
-
-// sub returns s − before.
-func (s redisStats) sub(before redisStats) redisStats {
-	d := redisStats{Calls: map[string]int64{}, Usec: s.Usec - before.Usec, Reads: s.Reads - before.Reads, CPU: s.CPU - before.CPU}
-	for k, v := range s.Calls {
-		if n := v - before.Calls[k]; n > 0 {
-			d.Calls[k] = n
-		}
-	}
-	return d
-}
-
-func (s redisStats) total() int64 {
-	var n int64
-	for _, v := range s.Calls {
-		n += v
-	}
-	return n
-}
-
-// QueueSample is the queue's backlog at one moment.
-type QueueSample struct {
-	T       float64 `json:"t"` // seconds since the scenario started
-	Pending int64   `json:"pending"`
-	Active  int64   `json:"active"`
-	Later   int64   `json:"later"` // scheduled + retry: paced, deferred or backing off
-}
-
-// Backlog is everything not yet settled.
-func (q QueueSample) Backlog() int64 { return q.Pending + q.Active + q.Later }
-
-// sampler reads the backlog of a scenario's queues every second with one
-// pipelined round trip of four commands per queue (asynq's own key
-// layout), so that its share of the Redis counters is known and small.
-type sampler struct {
-	mu      sync.Mutex
-	samples []QueueSample
-}
-
-func (s *sampler) run(ctx context.Context, rdb redis.UniversalClient, queues func() []string, start time.Time) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		if q, err := backlog(ctx, rdb, queues()); err == nil {
-			q.T = time.Since(start).Seconds()
-			s.mu.Lock()
-			s.samples = append(s.samples, q)
-			s.mu.Unlock()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (s *sampler) get() []QueueSample {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]QueueSample(nil), s.samples...)
-}
-
-// backlog sums the backlog of queues.
-func backlog(ctx context.Context, rdb redis.UniversalClient, queues []string) (QueueSample, error) {
-	cmds := make([][4]*redis.IntCmd, len(queues))
-	_, err := rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for i, q := range queues {
-			p, a, sc, r := tasks.AsynqQueueKeys(q)
-			cmds[i] = [4]*redis.IntCmd{pl.LLen(ctx, p), pl.LLen(ctx, a), pl.ZCard(ctx, sc), pl.ZCard(ctx, r)}
-		}
-		return nil
-	})
-	var s QueueSample
-	for _, c := range cmds {
-		s.Pending += c[0].Val()
-		s.Active += c[1].Val()
-		s.Later += c[2].Val() + c[3].Val()
-	}
-	return s, err
-}
-
-// queuesOf are namespace ns's delivery queues (default region) and its
-// legacy one, as many as its layout says.
+// queuesOf are namespace ns's delivery queues, both lanes of every shard
+// its layout has in every region (the default one and each a subscriber
+// names, as a worker serving every region finds them), and its legacy
+// one.
 func (e *env) queuesOf(ctx context.Context, ns string) []string {
 	keys := tasks.Keys(ns)
 	shards, err := e.rdb.HGet(ctx, keys.Layout(), "shards").Int()
 	if err != nil || shards < 1 {
 		shards = 1
 	}
+	regions := []string{tasks.DefaultRegion}
+	if named, err := e.rdb.SMembers(ctx, keys.Regions()).Result(); err == nil {
+		slices.Sort(named)
+		for _, r := range named {
+			if !slices.Contains(regions, r) {
+				regions = append(regions, r)
+			}
+		}
+	}
 	qs := []string{keys.LegacyQueue()}
-	for i := range shards {
-		qs = append(qs, keys.ShardQueue("", tasks.LaneFresh, i), keys.ShardQueue("", tasks.LaneBacklog, i))
+	for _, r := range regions {
+		for i := range shards {
+			qs = append(qs, keys.ShardQueue(r, tasks.LaneFresh, i), keys.ShardQueue(r, tasks.LaneBacklog, i))
+		}
 	}
 	return qs
 }

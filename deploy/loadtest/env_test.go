@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/worker"
 )
 
 // A subprocess worker or floor gets the run's whole Redis configuration as
@@ -25,7 +26,7 @@ func TestSubprocessesGetTheWholeRedisConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := deploy.RedisConfig{ClusterAddrs: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Username: "app", Password: "pw", TLS: true, TLSSkipVerify: true}
-	e := &env{cfg: Config{Out: dir, Exec: exe, Redis: want}.WithDefaults()}
+	e := &env{cfg: Config{Out: dir, Exec: exe, Redis: want, Worker: worker.Config{Shards: 4}}.WithDefaults()}
 	run := func(name string, start func() (*proc, error)) (args string, got map[string]string) {
 		t.Helper()
 		p, err := start()
@@ -54,8 +55,8 @@ func TestSubprocessesGetTheWholeRedisConfig(t *testing.T) {
 		name, args string
 		start      func() (*proc, error)
 	}{
-		{"worker-ns1", "worker", func() (*proc, error) { return e.startWorker(context.Background(), "ns1") }},
-		{"floor-q1", "bench -serve-floor -floor-queue q1", func() (*proc, error) { return e.startFloor(context.Background(), "q1") }},
+		{"worker-ns1-2", "worker", func() (*proc, error) { return e.startWorker(context.Background(), "ns1", 2) }},
+		{"floor-q1-x3", "bench -serve-floor -floor-queue q1 -concurrency 200 -floor-servers 3", func() (*proc, error) { return e.startFloor(context.Background(), "q1", 3) }},
 	} {
 		args, got := run(tt.name, tt.start)
 		if !strings.HasPrefix(args, tt.args) {
@@ -68,8 +69,8 @@ func TestSubprocessesGetTheWholeRedisConfig(t *testing.T) {
 		if !reflect.DeepEqual(want, rc) {
 			t.Errorf("%s got Redis %s, want %s", tt.name, rc, want)
 		}
-		if tt.name == "worker-ns1" && got["HOOKLANE_NAMESPACE"] != "ns1" {
-			t.Errorf("worker got HOOKLANE_NAMESPACE %q", got["HOOKLANE_NAMESPACE"])
+		if tt.name == "worker-ns1-2" && (got["HOOKLANE_NAMESPACE"] != "ns1" || got["HOOKLANE_QUEUE_SHARDS"] != "4") {
+			t.Errorf("worker got HOOKLANE_NAMESPACE %q, HOOKLANE_QUEUE_SHARDS %q; want ns1, 4", got["HOOKLANE_NAMESPACE"], got["HOOKLANE_QUEUE_SHARDS"])
 		}
 		if _, ok := got["PATH"]; !ok {
 			t.Errorf("%s lost the rest of the environment", tt.name)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -35,13 +36,18 @@ type FloorConfig struct {
 	Redis       redis.UniversalClient
 	// Queue to serve. Required.
 	Queue string
-	// Concurrency, as the worker's. Default 200.
+	// Concurrency, as the worker's, of each Server. Default 200.
 	Concurrency int
+	// Servers is the number of asynq Servers on Queue in this process,
+	// each with a dequeue loop of its own, as a hooklane worker runs one
+	// per lane. Default 1.
+	Servers int
 }
 
 // WithDefaults fills the zero fields.
 func (c FloorConfig) WithDefaults() FloorConfig {
 	c.Concurrency = cmp.Or(c.Concurrency, 200)
+	c.Servers = cmp.Or(c.Servers, 1)
 	return c
 }
 
@@ -53,6 +59,8 @@ func (c FloorConfig) validate() error {
 		return errors.New("floor: RedisConfig or Redis is required")
 	case c.Concurrency < 1:
 		return errors.New("floor: Concurrency must be at least 1")
+	case c.Servers < 1 || c.Servers > maxProcs:
+		return fmt.Errorf("floor: Servers must be 1-%d, not %d", maxProcs, c.Servers)
 	}
 	return nil
 }
@@ -77,13 +85,6 @@ func ServeFloor(ctx context.Context, c FloorConfig) error {
 		defer client.Close()
 		rdb = client
 	}
-	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
-		Concurrency:              c.Concurrency,
-		Queues:                   map[string]int{c.Queue: 1},
-		TaskCheckInterval:        100 * time.Millisecond,
-		DelayedTaskCheckInterval: 250 * time.Millisecond,
-		LogLevel:                 asynq.WarnLevel,
-	})
 	// The same transport settings as the worker's client, so connection
 	// reuse is alike.
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
@@ -112,11 +113,30 @@ func ServeFloor(ctx context.Context, c FloorConfig) error {
 		}
 		return nil
 	})
-	if err := srv.Start(mux); err != nil {
-		return err
+	var srvs []*asynq.Server
+	shutdown := func() {
+		var wg sync.WaitGroup
+		for _, srv := range srvs {
+			wg.Go(srv.Shutdown)
+		}
+		wg.Wait()
 	}
-	slog.Info("floor started", "queue", c.Queue, "concurrency", c.Concurrency)
+	for range c.Servers {
+		srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+			Concurrency:              c.Concurrency,
+			Queues:                   map[string]int{c.Queue: 1},
+			TaskCheckInterval:        100 * time.Millisecond,
+			DelayedTaskCheckInterval: 250 * time.Millisecond,
+			LogLevel:                 asynq.WarnLevel,
+		})
+		if err := srv.Start(mux); err != nil {
+			shutdown()
+			return err
+		}
+		srvs = append(srvs, srv)
+	}
+	slog.Info("floor started", "queue", c.Queue, "concurrency", c.Concurrency, "servers", c.Servers)
 	<-ctx.Done()
-	srv.Shutdown()
+	shutdown()
 	return nil
 }

@@ -24,6 +24,7 @@ type Report struct {
 	Command   string            `json:"command"`
 	Machine   string            `json:"machine"`
 	Settings  map[string]string `json:"settings"`
+	Topology  Topology          `json:"topology"`
 	Scenarios []*ScenarioReport `json:"scenarios"`
 }
 
@@ -59,7 +60,11 @@ type ScenarioReport struct {
 	HandlerRuns      int64     `json:"handler_runs"`
 	RunsPerDelivery  float64   `json:"runs_per_delivery"`
 	Redis            RedisCost `json:"redis"`
-	WorkerPeakRSSMiB float64   `json:"worker_peak_rss_mib"`
+	// WorkerPeakRSSMiB sums the workers' peaks; Workers lists each.
+	WorkerPeakRSSMiB float64     `json:"worker_peak_rss_mib"`
+	Workers          []ProcStats `json:"workers,omitempty"`
+	// QueueShards is the queue count per lane the scenario's namespace has.
+	QueueShards int `json:"queue_shards"`
 	// CPU per delivery in microseconds: the worker process (subprocess
 	// only) and this process (generator and receiver).
 	WorkerCPUPerDelivery  float64          `json:"worker_cpu_usec_per_delivery"`
@@ -81,6 +86,17 @@ type RedisCost struct {
 	CPUUsecPerDelivery    float64    `json:"cpu_usec_per_delivery"` // Redis process CPU, I/O included
 	Top                   []CmdShare `json:"top"`
 	IncludesPublishing    bool       `json:"includes_publishing"`
+	// Masters are each master's share of the figures above, which are
+	// their sums (one entry on one server).
+	Masters []NodeCost `json:"masters"`
+}
+
+// NodeCost is one Redis master's work per delivery (of all deliveries).
+type NodeCost struct {
+	Addr                  string  `json:"addr"`
+	CommandsPerDelivery   float64 `json:"commands_per_delivery"`
+	RoundTripsPerDelivery float64 `json:"round_trips_per_delivery"`
+	CPUUsecPerDelivery    float64 `json:"cpu_usec_per_delivery"`
 }
 
 // CmdShare is one command's calls per delivery.
@@ -102,6 +118,11 @@ func redisCost(d redisStats, deliveries int, publishing bool) RedisCost {
 	sort.Slice(c.Top, func(i, j int) bool { return c.Top[i].PerDelivery > c.Top[j].PerDelivery })
 	if len(c.Top) > 8 {
 		c.Top = c.Top[:8]
+	}
+	for _, addr := range d.nodeAddrs() {
+		m := d.Nodes[addr]
+		c.Masters = append(c.Masters, NodeCost{Addr: addr, CommandsPerDelivery: float64(m.total()) / n,
+			RoundTripsPerDelivery: float64(m.Reads) / n, CPUUsecPerDelivery: float64(m.CPU.Microseconds()) / n})
 	}
 	return c
 }

@@ -48,16 +48,34 @@ type Config struct {
 	// Sentinel); no mode set starts a redis-server on a free 127.0.0.1
 	// port for the run. Subprocess workers get it as environment variables.
 	Redis deploy.RedisConfig
+	// Cluster starts a Redis Cluster of ClusterMasters masters on 127.0.0.1
+	// for the run instead of one redis-server; Redis must then be unset.
+	Cluster bool
 	// ExternalWorkers starts no worker: a deployment's workers, consuming
 	// Namespace, deliver. Scenarios then share Namespace and the floor is
 	// not run.
 	ExternalWorkers bool
+	// Workers is the number of workers every scenario runs, each a process
+	// of its own (in-process Workers without Exec). Default 1.
+	Workers int
+	// FloorServers is the number of asynq Servers of a second floor, in one
+	// process like the first (which has one), to compare with hooklane's
+	// several Servers per process: with more than 1, each throughput round
+	// drains a backlog with both floors. Default 1: the one-Server floor
+	// only.
+	FloorServers int
+	// ThroughputSubscribers is the number of fast subscribers of the
+	// throughput scenario, each getting 2,000 × Scale events per round.
+	// Default 10.
+	ThroughputSubscribers int
 	// Namespace is the prefix of each scenario's namespace ("bench-viral"…),
 	// or the namespace itself with ExternalWorkers. Default "bench".
 	Namespace string
 	// Worker is the started workers' configuration (Redis and Namespace
-	// are set per scenario); its Concurrency is the floor's too.
-	// AllowedCIDRs defaults to 127.0.0.0/8, where the receiver is.
+	// are set per scenario); its Concurrency is the floor's too, and its
+	// Shards (0: the namespace's default, see deploy.EnsureLayout) the
+	// harness' producer's. AllowedCIDRs defaults to 127.0.0.0/8, where the
+	// receiver is.
 	Worker worker.Config
 	// Slack is the gap allowed between a limiter's decision and the
 	// request's arrival when checking burst + rate·t. Default 20ms.
@@ -91,6 +109,9 @@ func (c Config) WithDefaults() Config {
 	c.Slack = cmp.Or(c.Slack, 20*time.Millisecond)
 	c.MaxLag = cmp.Or(c.MaxLag, 100*time.Millisecond)
 	c.Timeout = cmp.Or(c.Timeout, 10*time.Minute)
+	c.Workers = cmp.Or(c.Workers, 1)
+	c.FloorServers = cmp.Or(c.FloorServers, 1)
+	c.ThroughputSubscribers = cmp.Or(c.ThroughputSubscribers, 10)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -119,12 +140,31 @@ func (c Config) validate() error {
 		return errors.New("loadtest: Hold must be between 1s and 10m")
 	case c.ExternalWorkers && !c.Redis.IsSet():
 		return errors.New("loadtest: ExternalWorkers needs Redis: the Redis those workers use")
+	case c.Cluster && c.Redis.IsSet():
+		return fmt.Errorf("loadtest: Cluster starts a Redis Cluster of its own, but Redis is set (%s): choose one", c.Redis.Mode())
+	case c.Workers < 1 || c.Workers > maxProcs:
+		return fmt.Errorf("loadtest: Workers must be 1-%d, not %d", maxProcs, c.Workers)
+	case c.ExternalWorkers && c.Workers > 1:
+		return errors.New("loadtest: Workers counts the workers the harness starts; with ExternalWorkers it starts none")
+	case c.FloorServers < 1 || c.FloorServers > maxProcs:
+		return fmt.Errorf("loadtest: FloorServers must be 1-%d, not %d", maxProcs, c.FloorServers)
+	case c.ThroughputSubscribers < 1 || c.ThroughputSubscribers > 1000:
+		return fmt.Errorf("loadtest: ThroughputSubscribers must be 1-1000, not %d", c.ThroughputSubscribers)
+	case c.Worker.Shards < 0 || c.Worker.Shards > 256:
+		return fmt.Errorf("loadtest: Worker.Shards must be 0 (the namespace's default) or 1-256, not %d", c.Worker.Shards)
 	}
 	if err := c.Redis.Validate(); err != nil {
 		return fmt.Errorf("loadtest: %w", err)
 	}
 	return nil
 }
+
+// maxProcs caps Workers and FloorServers: more is a typo on one machine.
+const maxProcs = 64
+
+// ClusterMasters is the number of masters of the Cluster Config.Cluster
+// starts.
+const ClusterMasters = 3
 
 // Run runs the scenarios, writes the report into Config.Out and the
 // summary to summary (if not nil), and returns the report. A scenario
@@ -137,7 +177,16 @@ func Run(ctx context.Context, cfg Config, summary io.Writer) (*Report, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
-	if !cfg.Redis.IsSet() {
+	started := !cfg.Redis.IsSet()
+	switch {
+	case cfg.Cluster:
+		c, err := deploy.StartCluster(ctx, deploy.ClusterOpts{Masters: ClusterMasters, Dir: filepath.Join(cfg.Out, "cluster")})
+		if err != nil {
+			return nil, err
+		}
+		defer c.Stop()
+		cfg.Redis = deploy.RedisConfig{ClusterAddrs: c.Addrs}
+	case started:
 		r, err := deploy.StartRedis(ctx, deploy.RedisOpts{Dir: filepath.Join(cfg.Out, "redis")})
 		if err != nil {
 			return nil, err
@@ -156,9 +205,14 @@ func Run(ctx context.Context, cfg Config, summary io.Writer) (*Report, error) {
 	defer stopProbe()
 	go e.probe.run(pctx)
 
+	top, err := e.topology(ctx, started)
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: reading the Redis topology: %w", err)
+	}
 	rep := &Report{Started: time.Now().UTC(), Command: cfg.Command, Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()),
 		Settings: map[string]string{"scale": strconv.FormatFloat(cfg.Scale, 'g', -1, 64), "hold": cfg.Hold.String(),
-			"concurrency": strconv.Itoa(cfg.Worker.Concurrency), "worker": workerMode(cfg), "slack": cfg.Slack.String()}}
+			"concurrency": strconv.Itoa(cfg.Worker.Concurrency), "worker": workerMode(cfg), "slack": cfg.Slack.String()},
+		Topology: top}
 	for _, name := range cfg.Scenarios {
 		if ctx.Err() != nil {
 			break
@@ -215,7 +269,7 @@ type run struct {
 // the queue to settle after body returns, and fills r.
 func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs []subSpec, body func(context.Context, *run) error) error {
 	ns := e.namespace(name)
-	p, err := producer.New(&producer.Config{Redis: e.rdb, Namespace: ns, Logger: e.log})
+	p, err := e.producer(ns)
 	if err != nil {
 		return err
 	}
@@ -225,7 +279,7 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 	if err != nil {
 		return err
 	}
-	w, err := e.startWorker(ctx, ns)
+	w, err := e.startWorkers(ctx, ns)
 	if err != nil {
 		return err
 	}
@@ -247,14 +301,16 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 	}
 	end := time.Now()
 	after, serr := e.redisSnapshot(ctx)
-	wcpu, self := w.CPU(), selfCPU()-self0
+	wcpu, wstats, self := w.CPU(), w.stats(), selfCPU()-self0
 	stopSampler()
 	<-sdone
 	rss, werr := w.Stop()
 	if err := errors.Join(berr, serr, werr); err != nil {
 		return err
 	}
-	r.WorkerPeakRSSMiB = float64(rss) / (1 << 20)
+	r.Workers = withPeaks(wstats, rss)
+	r.WorkerPeakRSSMiB = sumRSS(r.Workers)
+	r.QueueShards = e.shardsOf(ctx, ns)
 	p99, worst, stalls := e.probe.take()
 	r.ProbeP99Ms, r.ProbeMaxMs = ms(p99), ms(worst)
 	e.stalls = stalls
@@ -279,6 +335,11 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 	}
 	r.finish(ms(e.cfg.MaxLag))
 	return nil
+}
+
+// producer is the harness' producer on namespace ns.
+func (e *env) producer(ns string) (*producer.Producer, error) {
+	return producer.New(&producer.Config{Redis: e.rdb, Namespace: ns, Shards: e.cfg.Worker.Shards, Logger: e.log})
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -17,6 +17,7 @@ func (rep *Report) Summary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "settings: scale %s, hold %s, concurrency %s, worker %s, window slack %s\n",
 		rep.Settings["scale"], rep.Settings["hold"], rep.Settings["concurrency"], rep.Settings["worker"], rep.Settings["slack"])
+	fmt.Fprintf(w, "topology: %s\n", rep.Topology)
 	for _, r := range rep.Scenarios {
 		fmt.Fprintln(w)
 		r.summary(w)
@@ -52,11 +53,17 @@ func (r *ScenarioReport) summary(w io.Writer) {
 	fmt.Fprintf(w, "   %.1f deliveries/s overall; %.3f handler runs per delivery; Redis per delivery: %.1f commands (Lua's included), %.2f round trips, %.0f µs in commands, %.0f µs CPU%s\n",
 		r.DeliveriesPerSec, r.RunsPerDelivery, r.Redis.CommandsPerDelivery, r.Redis.RoundTripsPerDelivery, r.Redis.UsecPerDelivery, r.Redis.CPUUsecPerDelivery, pub)
 	fmt.Fprintf(w, "   CPU per delivery: worker %s, harness (generator + receiver) %.0f µs\n", cpuText(r.WorkerCPUPerDelivery), r.HarnessCPUPerDelivery)
-	fmt.Fprintf(w, "   worker peak RSS %s; generator %d planned, %d late (p99 %s, max %s), %d failed; receiver timer lag p99 %.1fms max %.1fms\n",
-		rssText(r.WorkerPeakRSSMiB), r.Generator.Planned, r.Generator.Late, r.Generator.P99Late.Round(time.Millisecond),
+	fmt.Fprintf(w, "   worker peak RSS %s%s; %s; generator %d planned, %d late (p99 %s, max %s), %d failed; receiver timer lag p99 %.1fms max %.1fms\n",
+		rssText(r.WorkerPeakRSSMiB), summed(len(r.Workers), r.WorkerPeakRSSMiB), shardsText(r.QueueShards), r.Generator.Planned, r.Generator.Late, r.Generator.P99Late.Round(time.Millisecond),
 		r.Generator.MaxLate.Round(time.Millisecond), r.Generator.Failed, r.ProbeP99Ms, r.ProbeMaxMs)
 	if len(r.Redis.Top) > 0 {
 		fmt.Fprintf(w, "   top Redis commands per delivery: %s\n", topText(r.Redis.Top))
+	}
+	if len(r.Redis.Masters) > 1 {
+		fmt.Fprintf(w, "   per master: %s\n", mastersText(r.Redis.Masters))
+	}
+	if len(r.Workers) > 1 {
+		fmt.Fprintf(w, "   workers: %s\n", procsText(r.Workers))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "   subscriber\tlimit\tcapacity/s\tsteady/s\tworst window (n/s ≤ allowed)\t429\toverlap\tearly\tbans\t403\tpub\tdeliv\tdead\tlost\tdup\truns/deliv\tp50 ms\tp99 ms\tdrain s\tmin s\t")
@@ -85,17 +92,7 @@ func (r *ScenarioReport) summary(w io.Writer) {
 			drainText(st), st.MinDrainS, st.FastPre.P99, st.FastHold.P99, st.FastPost.P99, st.CappedPre.P99, st.CappedPost.P99)
 	}
 	if t := r.Throughput; t != nil {
-		for _, p := range []struct {
-			name string
-			r    PathResult
-		}{{"floor (plain asynq + POST), median round", t.Floor}, {"hooklane, median round", t.Hooklane}} {
-			fmt.Fprintf(w, "   %s: %.0f deliveries/s; per delivery: Redis %.1f commands, %.2f round trips, %.0f µs CPU; server CPU %s; receiver CPU %.0f µs; peak RSS %s\n",
-				p.name, p.r.PerSec, p.r.Redis.CommandsPerDelivery, p.r.Redis.RoundTripsPerDelivery, p.r.Redis.CPUUsecPerDelivery,
-				cpuText(p.r.ServerCPU), p.r.HarnessCPU, rssText(p.r.PeakRSSMiB))
-			fmt.Fprintf(w, "     top Redis commands: %s\n", topText(p.r.Redis.Top))
-		}
-		fmt.Fprintf(w, "   rounds (deliveries/s): floor %s; hooklane %s\n", roundsText(t.FloorRounds), roundsText(t.HooklaneRounds))
-		fmt.Fprintf(w, "   ratio hooklane ÷ floor (medians): %.2f (target ≥ %.2f)\n", t.Ratio, t.Target)
+		t.summary(w)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "   note: %s\n", n)
@@ -103,6 +100,88 @@ func (r *ScenarioReport) summary(w io.Writer) {
 	if r.Chart != "" {
 		fmt.Fprintf(w, "   chart: %s\n", r.Chart)
 	}
+}
+
+// summary writes the throughput comparison: each path's median round,
+// its rounds and the ratios.
+func (t *Throughput) summary(w io.Writer) {
+	type path struct {
+		name string
+		r    PathResult
+	}
+	paths := []path{{"floor (plain asynq + POST, 1 Server)", t.Floor}}
+	if t.FloorMulti != nil {
+		paths = append(paths, path{fmt.Sprintf("floor (plain asynq + POST, %d Servers in one process)", t.FloorServers), *t.FloorMulti})
+	}
+	paths = append(paths, path{fmt.Sprintf("hooklane (%s)", plural(len(t.Hooklane.Processes), "worker", "workers")), t.Hooklane})
+	for _, p := range paths {
+		fmt.Fprintf(w, "   %s, median round: %.0f deliveries/s; per delivery: Redis %.1f commands, %.2f round trips, %.0f µs CPU; server CPU %s%s; receiver CPU %.0f µs; peak RSS %s%s\n",
+			p.name, p.r.PerSec, p.r.Redis.CommandsPerDelivery, p.r.Redis.RoundTripsPerDelivery, p.r.Redis.CPUUsecPerDelivery,
+			cpuText(p.r.ServerCPU), summed(len(p.r.Processes), p.r.ServerCPU), p.r.HarnessCPU, rssText(p.r.PeakRSSMiB), summed(len(p.r.Processes), p.r.PeakRSSMiB))
+		fmt.Fprintf(w, "     top Redis commands: %s\n", topText(p.r.Redis.Top))
+		if len(p.r.Redis.Masters) > 1 {
+			fmt.Fprintf(w, "     per master: %s\n", mastersText(p.r.Redis.Masters))
+		}
+		if len(p.r.Processes) > 1 {
+			fmt.Fprintf(w, "     processes: %s\n", procsText(p.r.Processes))
+		}
+	}
+	multi := ""
+	if t.FloorMulti != nil {
+		multi = fmt.Sprintf("; floor of %d Servers %s", t.FloorServers, roundsText(t.FloorMultiRounds))
+	}
+	fmt.Fprintf(w, "   rounds (deliveries/s): floor %s%s; hooklane %s\n", roundsText(t.FloorRounds), multi, roundsText(t.HooklaneRounds))
+	fmt.Fprintf(w, "   ratio hooklane ÷ floor (medians): %.2f (target ≥ %.2f)", t.Ratio, t.Target)
+	if t.FloorMulti != nil {
+		fmt.Fprintf(w, "; ÷ the floor of %d Servers: %.2f", t.FloorServers, t.RatioMulti)
+	}
+	fmt.Fprintln(w)
+}
+
+// summed marks a figure v summed over n processes (none when v is n/a).
+func summed(n int, v float64) string {
+	if n > 1 && v != 0 {
+		return fmt.Sprintf(" (%d processes summed)", n)
+	}
+	return ""
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+func shardsText(n int) string {
+	if n == 0 {
+		return "queue shards unknown"
+	}
+	return plural(n, "queue shard", "queue shards") + " per lane"
+}
+
+// mastersText is each master's commands, round trips and CPU per delivery.
+func mastersText(ms []NodeCost) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%s %.1f cmds, %.2f rt, %.0f µs", m.Addr, m.CommandsPerDelivery, m.RoundTripsPerDelivery, m.CPUUsecPerDelivery)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// procsText is each process's CPU, peak RSS and, when known, deliveries.
+func procsText(ps []ProcStats) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = p.Name
+		if p.CPUSeconds > 0 || p.PeakRSSMiB > 0 {
+			parts[i] += fmt.Sprintf(" CPU %.2fs, peak RSS %.0f MiB", p.CPUSeconds, p.PeakRSSMiB)
+		}
+		if p.Delivered != nil {
+			parts[i] += fmt.Sprintf(" delivered %d", *p.Delivered)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // adversaryText is what the endpoint did to the sender, and what the

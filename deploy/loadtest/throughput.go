@@ -27,7 +27,7 @@ type ThroughputSpec struct {
 }
 
 func (e *env) throughputSpec() ThroughputSpec {
-	ts := ThroughputSpec{Subscribers: 10, Events: e.scale(2000)}
+	ts := ThroughputSpec{Subscribers: e.cfg.ThroughputSubscribers, Events: e.scale(2000)}
 	if e.cfg.Throughput != nil {
 		ts = *e.cfg.Throughput
 	}
@@ -42,12 +42,20 @@ func (e *env) throughputSpec() ThroughputSpec {
 type Throughput struct {
 	Subscribers    int          `json:"subscribers"`
 	Tasks          int          `json:"tasks_per_round"`
-	Floor          PathResult   `json:"floor"`    // the median round
+	Floor          PathResult   `json:"floor"`    // one asynq Server, the median round
 	Hooklane       PathResult   `json:"hooklane"` // the median round
 	FloorRounds    []PathResult `json:"floor_rounds"`
 	HooklaneRounds []PathResult `json:"hooklane_rounds"`
 	Ratio          float64      `json:"ratio"` // hooklane ÷ floor deliveries per second, medians
-	Target         float64      `json:"target"`
+	// FloorServers above 1 adds a second floor with that many asynq
+	// Servers in its one process (FloorMulti, its median round), to
+	// compare with hooklane's several Servers per process, and hooklane's
+	// ratio to it.
+	FloorServers     int          `json:"floor_servers"`
+	FloorMulti       *PathResult  `json:"floor_multi,omitempty"`
+	FloorMultiRounds []PathResult `json:"floor_multi_rounds,omitempty"`
+	RatioMulti       float64      `json:"ratio_multi,omitempty"`
+	Target           float64      `json:"target"`
 }
 
 // PathResult is one path's delivery of one backlog.
@@ -56,11 +64,13 @@ type PathResult struct {
 	PerSec     float64   `json:"deliveries_per_s"` // between the 5th and the 95th percentile arrival
 	Seconds    float64   `json:"seconds"`          // first → last arrival
 	Redis      RedisCost `json:"redis"`
-	PeakRSSMiB float64   `json:"peak_rss_mib"`
-	// CPU per delivery in microseconds: the server process (subprocess
-	// only) and this process (the receiver).
+	PeakRSSMiB float64   `json:"peak_rss_mib"` // summed over Processes
+	// CPU per delivery in microseconds: the server processes, summed
+	// (subprocesses only), and this process (the receiver).
 	ServerCPU  float64 `json:"server_cpu_usec_per_delivery"`
 	HarnessCPU float64 `json:"harness_cpu_usec_per_delivery"`
+	// Processes are the workers (or the floor) that drained the backlog.
+	Processes []ProcStats `json:"processes"`
 }
 
 // runThroughput queues a backlog before starting the server that drains
@@ -68,10 +78,14 @@ type PathResult struct {
 // and hooklane drain one each in turn.
 func (e *env) runThroughput(ctx context.Context, r *ScenarioReport) error {
 	ts := e.throughputSpec()
-	tp := &Throughput{Subscribers: ts.Subscribers, Tasks: ts.Subscribers * ts.Events, Target: 0.8}
+	tp := &Throughput{Subscribers: ts.Subscribers, Tasks: ts.Subscribers * ts.Events, Target: 0.8, FloorServers: e.cfg.FloorServers}
 	r.Throughput = tp
-	r.About = fmt.Sprintf("%d events × %d fast subscribers queued up front, drained by a plain asynq floor and by hooklane in turn, %d rounds each",
-		ts.Events, ts.Subscribers, ts.Rounds)
+	floors := "a plain asynq floor"
+	if e.cfg.FloorServers > 1 {
+		floors = fmt.Sprintf("plain asynq floors of 1 and %d Servers", e.cfg.FloorServers)
+	}
+	r.About = fmt.Sprintf("%d events × %s (%d deliveries a round) queued up front, drained by %s and by hooklane in turn, %s each",
+		ts.Events, plural(ts.Subscribers, "fast subscriber", "fast subscribers"), tp.Tasks, floors, plural(ts.Rounds, "round", "rounds"))
 	floorIDs := make([]string, ts.Subscribers)
 	for i := range floorIDs {
 		floorIDs[i] = fmt.Sprintf("floor-%02d", i)
@@ -85,7 +99,7 @@ func (e *env) runThroughput(ctx context.Context, r *ScenarioReport) error {
 			Endpoint: Endpoint{Kind: Fast}, Limit: limits.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}, MaxInFlight: 1000}
 	}
 	ns := e.namespace(ScenarioThroughput)
-	p, err := producer.New(&producer.Config{Redis: e.rdb, Namespace: ns, Logger: e.log})
+	p, err := e.producer(ns)
 	if err != nil {
 		return err
 	}
@@ -101,12 +115,16 @@ func (e *env) runThroughput(ctx context.Context, r *ScenarioReport) error {
 	e.probe.take()
 	start := time.Now()
 	for round := range ts.Rounds {
-		if !e.cfg.ExternalWorkers {
-			fl, err := e.floorRound(ctx, ts, round, floorIDs)
+		for _, servers := range e.floorSizes() {
+			fl, err := e.floorRound(ctx, ts, round, floorIDs, servers)
 			if err != nil {
-				return fmt.Errorf("floor: %w", err)
+				return fmt.Errorf("floor of %d Servers: %w", servers, err)
 			}
-			tp.FloorRounds = append(tp.FloorRounds, fl)
+			if servers == 1 {
+				tp.FloorRounds = append(tp.FloorRounds, fl)
+			} else {
+				tp.FloorMultiRounds = append(tp.FloorMultiRounds, fl)
+			}
 		}
 		hl, gen, err := e.hooklaneRound(ctx, ts, round, ns, p, led, subs)
 		if err != nil {
@@ -128,8 +146,13 @@ func (e *env) runThroughput(ctx context.Context, r *ScenarioReport) error {
 		return err
 	}
 	tp.Floor, tp.Hooklane = median(tp.FloorRounds), median(tp.HooklaneRounds)
+	if len(tp.FloorMultiRounds) > 0 {
+		m := median(tp.FloorMultiRounds)
+		tp.FloorMulti, tp.RatioMulti = &m, ratio(tp.Hooklane.PerSec, m.PerSec)
+	}
 	r.Redis = tp.Hooklane.Redis
-	r.WorkerPeakRSSMiB = tp.Hooklane.PeakRSSMiB
+	r.WorkerPeakRSSMiB, r.Workers = tp.Hooklane.PeakRSSMiB, tp.Hooklane.Processes
+	r.QueueShards = e.shardsOf(ctx, ns)
 	r.WorkerCPUPerDelivery, r.HarnessCPUPerDelivery = tp.Hooklane.ServerCPU, tp.Hooklane.HarnessCPU
 	r.DeliveriesPerSec = tp.Hooklane.PerSec
 	r.WallSeconds = end.Sub(start).Seconds()
@@ -156,7 +179,7 @@ func median(rs []PathResult) PathResult {
 // on ids than it had, and measures what it cost. Between the two Redis
 // snapshots only the receiver is polled (in this process), so Redis'
 // counters are the server's alone.
-func (e *env) drain(ctx context.Context, start func() (*proc, error), ids []string, want int, settledQ func() []string) (PathResult, error) {
+func (e *env) drain(ctx context.Context, start func() (group, error), ids []string, want int, settledQ func() []string) (PathResult, error) {
 	base := map[string]int{}
 	count := func() int {
 		n := 0
@@ -179,14 +202,14 @@ func (e *env) drain(ctx context.Context, start func() (*proc, error), ids []stri
 	}
 	ok := waitFor(ctx, e.cfg.Timeout, func() bool { return count() >= want })
 	after, serr := e.redisSnapshot(ctx)
-	cpu, self := srv.CPU(), selfCPU()-self0
+	cpu, procs, self := srv.CPU(), srv.stats(), selfCPU()-self0
 	waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, settledQ()) })
 	rss, perr := srv.Stop()
 	if err := errors.Join(serr, perr); err != nil {
 		return PathResult{}, err
 	}
 	if !ok {
-		return PathResult{}, fmt.Errorf("%s delivered %d of %d before the timeout", srv.name, count(), want)
+		return PathResult{}, fmt.Errorf("%s delivered %d of %d before the timeout", srv[0].name, count(), want)
 	}
 	var at []time.Time
 	for _, id := range ids {
@@ -194,12 +217,25 @@ func (e *env) drain(ctx context.Context, start func() (*proc, error), ids []stri
 			at = append(at, a.At)
 		}
 	}
-	return pathResult(at, after.sub(before), rss, cpu, self), nil
+	return pathResult(at, after.sub(before), withPeaks(procs, rss), cpu, self), nil
+}
+
+// floorSizes are the Server counts of the floors each round runs: none
+// with external workers, 1, and FloorServers when it is more.
+func (e *env) floorSizes() []int {
+	switch {
+	case e.cfg.ExternalWorkers:
+		return nil
+	case e.cfg.FloorServers > 1:
+		return []int{1, e.cfg.FloorServers}
+	}
+	return []int{1}
 }
 
 // floorRound queues the backlog as plain floor tasks aimed at fast
-// endpoints of the same receiver and measures the floor draining it.
-func (e *env) floorRound(ctx context.Context, ts ThroughputSpec, round int, ids []string) (PathResult, error) {
+// endpoints of the same receiver and measures a floor of servers asynq
+// Servers draining it.
+func (e *env) floorRound(ctx context.Context, ts ThroughputSpec, round int, ids []string, servers int) (PathResult, error) {
 	queue := e.namespace("floor")
 	client := asynq.NewClientFromRedisClient(e.rdb)
 	n := ts.Events * ts.Subscribers
@@ -210,7 +246,7 @@ func (e *env) floorRound(ctx context.Context, ts ThroughputSpec, round int, ids 
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 32 {
-				ev := event(fmt.Sprintf("fl%d-%06d", round, i/ts.Subscribers), "bench.tput", i/ts.Subscribers)
+				ev := event(fmt.Sprintf("fl%d-x%d-%06d", round, servers, i/ts.Subscribers), "bench.tput", i/ts.Subscribers)
 				ev.Timestamp = time.Now().UTC().Truncate(time.Second)
 				body, _ := json.Marshal(ev) // what hooklane sends: {id, type, timestamp, data}
 				payload, _ := json.Marshal(FloorPost{URL: e.recv.URL(ids[i%ts.Subscribers]), Body: body})
@@ -226,7 +262,14 @@ func (e *env) floorRound(ctx context.Context, ts ThroughputSpec, round int, ids 
 	if err := <-errs; err != nil {
 		return PathResult{}, err
 	}
-	return e.drain(ctx, func() (*proc, error) { return e.startFloor(ctx, queue) }, ids, n, func() []string { return []string{queue} })
+	start := func() (group, error) {
+		p, err := e.startFloor(ctx, queue, servers)
+		if err != nil {
+			return nil, err
+		}
+		return group{p}, nil
+	}
+	return e.drain(ctx, start, ids, n, func() []string { return []string{queue} })
 }
 
 // hooklaneRound publishes the backlog with no worker running, then
@@ -238,14 +281,14 @@ func (e *env) hooklaneRound(ctx context.Context, ts ThroughputSpec, round int, n
 	for i, s := range subs {
 		ids[i] = s.ID
 	}
-	pr, err := e.drain(ctx, func() (*proc, error) { return e.startWorker(ctx, ns) }, ids, ts.Events*len(subs), func() []string { return e.queuesOf(ctx, ns) })
+	pr, err := e.drain(ctx, func() (group, error) { return e.startWorkers(ctx, ns) }, ids, ts.Events*len(subs), func() []string { return e.queuesOf(ctx, ns) })
 	return pr, gs, err
 }
 
-func pathResult(at []time.Time, d redisStats, rss int64, server, harness time.Duration) PathResult {
+func pathResult(at []time.Time, d redisStats, procs []ProcStats, server, harness time.Duration) PathResult {
 	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
-	pr := PathResult{Deliveries: len(at), Redis: redisCost(d, len(at), false), PeakRSSMiB: float64(rss) / (1 << 20),
-		ServerCPU: perDelivery(server, len(at)), HarnessCPU: perDelivery(harness, len(at))}
+	pr := PathResult{Deliveries: len(at), Redis: redisCost(d, len(at), false), PeakRSSMiB: sumRSS(procs),
+		ServerCPU: perDelivery(server, len(at)), HarnessCPU: perDelivery(harness, len(at)), Processes: procs}
 	if len(at) < 20 {
 		return pr
 	}
