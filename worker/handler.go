@@ -302,7 +302,11 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 				until, "destination cooling down until "+stamp(until))
 		case a.Busy:
 			// Wait for a free slot in the destination's busy lane, if it and
-			// the process have room, as the lane's head.
+			// the process have room, as the lane's head. A rate-limit slot
+			// booked before is given up: sent after the wait, it would leave
+			// together with the requests booked after it, over the limit.
+			// The next try asks the limiter again.
+			reserved = false
 			if l == nil {
 				var ok bool
 				if maxWait == 0 {
