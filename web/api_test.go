@@ -38,8 +38,8 @@ func TestSubscriberEndpoints(t *testing.T) {
 	if r.status != http.StatusOK || strings.Contains(string(r.body), "whsec_") {
 		t.Fatalf("replace: %d %s; want 200 without secrets", r.status, r.body)
 	}
-	stored, _ := b.p.GetSubscriber(t.Context(), "acme-crm")
-	if stored.URL != put["url"] || stored.Secrets[0] != created.Secrets[0] {
+	stored, err := b.p.GetSubscriber(t.Context(), "acme-crm")
+	if err != nil || stored.URL != put["url"] || len(stored.Secrets) == 0 || stored.Secrets[0] != created.Secrets[0] {
 		t.Fatalf("after replace: %+v; want the new URL and the same secret", stored)
 	}
 
@@ -71,7 +71,9 @@ func TestSubscriberEndpoints(t *testing.T) {
 	if r.status != 200 || len(rotated.Secrets) != 1 || rotated.Secrets[0] == created.Secrets[0] || len(rotated.Retiring) != 1 {
 		t.Fatalf("rotate: %d %s", r.status, r.body)
 	}
-	stored, _ = b.p.GetSubscriber(t.Context(), "acme-crm")
+	if stored, err = b.p.GetSubscriber(t.Context(), "acme-crm"); err != nil {
+		t.Fatal(err)
+	}
 	if got := stored.SigningSecrets(time.Now()); !slices.Equal(got, []string{rotated.Secrets[0], created.Secrets[0]}) {
 		t.Fatalf("signing secrets after rotation: %v", got)
 	}
@@ -141,8 +143,8 @@ func TestValidationErrors(t *testing.T) {
 		}
 	}
 	// Nothing refused was written: one subscriber (s), no task.
-	if subs, _ := b.p.ListSubscribers(t.Context()); len(subs) != 1 {
-		t.Errorf("%d subscribers after refused writes, want 1", len(subs))
+	if subs, err := b.p.ListSubscribers(t.Context()); err != nil || len(subs) != 1 {
+		t.Errorf("%d subscribers after refused writes (%v), want 1", len(subs), err)
 	}
 	if n := testkit.Totals(t, b.insp, b.ns).Size; n != 0 {
 		t.Errorf("%d tasks after refused publishes", n)

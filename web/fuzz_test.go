@@ -48,8 +48,12 @@ func FuzzAPIRequests(f *testing.F) {
 		`{"subscriber":"s","ids":["s:e1"]}`,
 		`{"grace":"24h"}`, `{"rate_limit":{"period":"-1s"}}`, `{}`, `[]`, `null`, `{"url":1}`, `{"id":"a"} {}`, "",
 	} {
+		// Every way of presenting the token, wrong ones included, on every
+		// route: the seed run alone tries them all.
 		for i, route := range fuzzRoutes {
-			f.Add(route, []byte(seed), uint8(i%3))
+			for a := range fuzzAuth {
+				f.Add(route, []byte(seed), uint8((i+a)%len(fuzzAuth)))
+			}
 		}
 	}
 	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: testkit.Namespace("fuzz"), Logger: quiet})

@@ -195,12 +195,41 @@ func TestSlowSubscriberDoesNotDelayFast(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "fast deliveries", func() bool { return fast.Count() >= n })
 	testkit.Eventually(t, 10*time.Second, "the slow endpoint's slots taken", func() bool { return slow.Count() >= 2 })
 	first := slow.Got()[0].At
+
 	if last := fast.Got()[n-1].At; last.After(first.Add(time.Second)) {
 		t.Fatalf("the fast subscriber's last delivery came %v after the slow one's first request; want all within the 1s MaxWait (the slow endpoint answers after 3s)",
 			last.Sub(first))
 	}
 	if got := slow.Count(); got > 2 {
 		t.Fatalf("the slow subscriber got %d requests at once with max in-flight 2", got)
+	}
+}
+
+// A task that finds its destination's one in-flight slot taken waits in
+// the process at most MaxWait, then is deferred (it does not wait for the
+// slow answer, due after 3s).
+func TestBusyWaitEndsAtMaxWait(t *testing.T) {
+	t.Parallel()
+	const maxWait = 500 * time.Millisecond
+	b := setup(t, worker.Config{MaxWait: maxWait})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	slow := testkit.NewSink(t, func(http.ResponseWriter, int) {
+		select {
+		case <-release:
+		case <-time.After(3 * time.Second):
+		}
+	})
+	b.put(t, tasks.Subscriber{ID: "slow", URL: slow.URL, MaxInFlight: 1})
+	b.publish(t, "e0", "t")
+	b.publish(t, "e1", "t")
+	testkit.Eventually(t, 10*time.Second, "the slot taken", func() bool { return slow.Count() == 1 })
+	first := slow.Got()[0].At
+	// MaxWait, plus the 200ms the counters take to be flushed, plus slack.
+	testkit.Eventually(t, time.Until(first.Add(maxWait+700*time.Millisecond)), "the other task deferred after MaxWait",
+		func() bool { return b.counter(t, "slow", "deferred:"+worker.GateInFlight) == 1 })
+	if n := slow.Count(); n != 1 {
+		t.Fatalf("%d requests with one in-flight slot held", n)
 	}
 }
 
@@ -353,8 +382,9 @@ func TestUndecodablePayloadIsDeadLettered(t *testing.T) {
 	c := asynq.NewClientFromRedisClient(b.rdb)
 	// One task hooklane could have written (its id names a subscriber), one
 	// it could not have.
+	q := tasks.Keys(b.ns).DeliveryQueue("", "s", tasks.LaneFresh, 1)
 	for _, id := range []string{"s:bad", "bad"} {
-		if _, err := c.Enqueue(asynq.NewTask(tasks.TypeDeliver, []byte("{not json"), asynq.Queue(b.ns), asynq.TaskID(id))); err != nil {
+		if _, err := c.Enqueue(asynq.NewTask(tasks.TypeDeliver, []byte("{not json"), asynq.Queue(q), asynq.TaskID(id))); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,7 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
 )
@@ -15,10 +19,22 @@ import (
 // runs, which delivers them.
 func TestRegionWorkersClaimOnlyTheirRegion(t *testing.T) {
 	t.Parallel()
-	b := setup(t, worker.Config{Regions: []string{"eu"}})
+	// Both subscribers exist before the worker starts: a worker serving
+	// every region would find the US one at start, not 10 s later.
+	ns := testkit.Namespace("region")
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{ns: ns, rdb: rdb, p: p, insp: asynq.NewInspectorFromRedisClient(rdb)}
 	eu, us := testkit.NewSink(t, nil), testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "eu-crm", URL: eu.URL, Region: "eu"})
 	b.put(t, tasks.Subscriber{ID: "us-crm", URL: us.URL, Region: "us"})
+	var stopEU func()
+	b.w, stopEU = startWorker(t, rdb, ns, worker.Config{Regions: []string{"eu"}})
+	defer stopEU()
 	const n = 10
 	for i := range n {
 		b.publish(t, fmt.Sprintf("e%d", i), "t")

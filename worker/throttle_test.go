@@ -65,6 +65,18 @@ func TestCooldownRecordedBeforeTheBodyIsRead(t *testing.T) {
 // arrives before its deadline.
 func TestRetryAfterWithManyInFlight(t *testing.T) {
 	t.Parallel()
+	// Far from the limit, every request is admitted at once; at 10/s
+	// burst 1, requests wait on rate-limit slots booked ahead when the 429
+	// comes, and must look at the cooldown again before they go.
+	for name, lim := range map[string]limits.Limit{"admitted": limits.PerSecond(1000), "reserved": {Rate: 10, Burst: 1, Period: time.Second}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			retryAfterInFlight(t, lim)
+		})
+	}
+}
+
+func retryAfterInFlight(t *testing.T, lim limits.Limit) {
 	b := setup(t, worker.Config{})
 	var deadline, answered atomic.Pointer[time.Time]
 	s := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
@@ -79,7 +91,7 @@ func TestRetryAfterWithManyInFlight(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // keep the others in flight
 	})
-	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxInFlight: 4, Limit: limits.PerSecond(1000)})
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxInFlight: 4, Limit: lim})
 	const n = 12
 	for i := range n {
 		b.publish(t, fmt.Sprintf("e%02d", i), "t")
