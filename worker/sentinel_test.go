@@ -141,6 +141,7 @@ func TestSentinelFailover(t *testing.T) {
 			return unready > 0
 		})
 	}()
+	t.Cleanup(func() { <-readyDone })
 	promoted, err := sn.WaitFailover(ctx, old)
 	if err != nil {
 		t.Fatal(err)
