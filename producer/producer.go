@@ -33,6 +33,10 @@ var (
 	// Nothing was written by the call that returned it, except deliveries
 	// its PublishResult lists as enqueued.
 	ErrRedisUnavailable = errors.New("redis unavailable")
+	// ErrNotReplicated: with Config.WaitReplicas, the master took the
+	// target's task but not enough replicas acknowledged it in time: it may
+	// be delivered, or lost if the master dies now. Publish again.
+	ErrNotReplicated = errors.New("not replicated")
 )
 
 // Config configures a Producer. Zero fields take the defaults named.
@@ -67,6 +71,19 @@ type Config struct {
 	// lane, so that a subscriber that publishes a flood does not hold up
 	// the others' events. Default 100.
 	FreshMax int
+	// WaitReplicas, when positive, makes a publish (Publish, SendTo, Replay)
+	// report a target enqueued or a duplicate only once that many replicas
+	// of the master hold every write of the call (Redis WAIT), so that the
+	// publish survives the master's death and a Sentinel failover to such a
+	// replica; a target whose writes they did not acknowledge within
+	// WaitTimeout is reported failed with ErrNotReplicated (publishing again
+	// is safe). Without it a publish acknowledged just before the master dies
+	// can be lost (asynchronous replication; see the README). Not on a Redis
+	// Cluster: a publish writes to several masters there. Default 0: no wait.
+	WaitReplicas int
+	// WaitTimeout is the longest a publish waits for WaitReplicas. It must
+	// stay below the client's read timeout (go-redis: 3s). Default 1s.
+	WaitTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -80,6 +97,7 @@ func (c Config) WithDefaults() Config {
 	c.RetryHorizon = cmp.Or(c.RetryHorizon, 24*time.Hour)
 	c.MaxDataSize = cmp.Or(c.MaxDataSize, tasks.MaxDataSize)
 	c.FreshMax = cmp.Or(c.FreshMax, 100)
+	c.WaitTimeout = cmp.Or(c.WaitTimeout, time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -108,6 +126,19 @@ func (c Config) validate() error {
 		return errors.New("producer: Shards must be 0 (the namespace's) or 1-256")
 	case c.FreshMax < 1:
 		return errors.New("producer: FreshMax must be positive")
+	case c.WaitReplicas < 0:
+		return errors.New("producer: WaitReplicas must not be negative")
+	case c.WaitTimeout < time.Millisecond:
+		return errors.New("producer: WaitTimeout must be at least 1ms (Redis' WAIT 0 waits forever)")
+	}
+	if c.WaitReplicas > 0 {
+		_, cluster := c.Redis.(*redis.ClusterClient)
+		if cluster || (c.Redis == nil && c.RedisConfig.IsCluster()) {
+			return errors.New("producer: WaitReplicas is not for a Redis Cluster, where a publish writes to several masters")
+		}
+		if rc, ok := c.Redis.(*redis.Client); ok && rc.Options().ReadTimeout > 0 && c.WaitTimeout >= rc.Options().ReadTimeout {
+			return fmt.Errorf("producer: WaitTimeout %v must be below the client's ReadTimeout %v", c.WaitTimeout, rc.Options().ReadTimeout)
+		}
 	}
 	return nil
 }
@@ -360,7 +391,52 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 		}
 		res.Targets = append(res.Targets, t)
 	}
+	if err := p.waitReplicas(ctx, res); err != nil {
+		errs = append(errs, err)
+	}
 	return res, errors.Join(errs...)
+}
+
+// waitReplicas waits, with Config.WaitReplicas, until that many replicas
+// hold every write made so far, and marks the targets enqueued or
+// duplicate failed with ErrNotReplicated if they do not in time.
+//
+// WAIT counts the replicas that acknowledged the last write of its own
+// connection, and go-redis pools connections: the publish's writes went out
+// on others, and a WAIT alone would return at once. So a write goes first
+// on the same connection (a pipeline uses one): a PUBLISH, which Redis
+// replicates and which stores nothing. The replication stream is one
+// ordered log, so a replica that has it has every write acknowledged before.
+func (p *Producer) waitReplicas(ctx context.Context, res *PublishResult) error {
+	want := p.cfg.WaitReplicas
+	if want == 0 || !slices.ContainsFunc(res.Targets, func(t Target) bool { return t.Outcome != Failed }) {
+		return nil
+	}
+	var wait *redis.Cmd
+	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.Publish(ctx, p.keys.ReplicationMark(), "")
+		// Pipeliner has no Wait: the command as go-redis' Wait sends it.
+		wait = pl.Do(ctx, "wait", want, p.cfg.WaitTimeout.Milliseconds())
+		return nil
+	})
+	var acked int64
+	if err == nil {
+		acked, err = wait.Int64()
+	}
+	if err == nil && acked >= int64(want) {
+		return nil
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: waiting for %d replicas: %v; publish again", ErrNotReplicated, want, err)
+	} else {
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v; publish again", ErrNotReplicated, acked, want, p.cfg.WaitTimeout)
+	}
+	for i := range res.Targets {
+		if t := &res.Targets[i]; t.Outcome != Failed {
+			t.Outcome, t.Err = Failed, err
+		}
+	}
+	return err
 }
 
 // enqueue writes one task to asynq, in the queue it was booked for.

@@ -355,3 +355,47 @@ func TestListingKeepsFreshIndexMembersWithoutEntries(t *testing.T) {
 		t.Fatalf("index after a read: %v, %v; want the fresh member kept and the old one dropped", left, err)
 	}
 }
+
+// WaitReplicas: refused where it cannot hold (a Cluster, a wait the
+// client's read timeout would cut), and on a server without replicas every
+// publish fails with ErrNotReplicated, the re-publish too: a duplicate of
+// an unreplicated task is no more durable than the first.
+func TestWaitReplicas(t *testing.T) {
+	t.Parallel()
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}) // never dialed
+	defer cluster.Close()
+	short := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, ReadTimeout: 500 * time.Millisecond})
+	defer short.Close()
+	for _, c := range []struct {
+		name string
+		cfg  producer.Config
+		want string
+	}{
+		{"cluster client", producer.Config{Redis: cluster, WaitReplicas: 1}, "Redis Cluster"},
+		{"cluster config", producer.Config{RedisConfig: deploy.RedisConfig{ClusterAddrs: []string{"127.0.0.1:1"}}, WaitReplicas: 1}, "Redis Cluster"},
+		{"wait past the read timeout", producer.Config{Redis: short, WaitReplicas: 1, WaitTimeout: time.Second}, "ReadTimeout"},
+		{"sub-millisecond wait", producer.Config{Redis: short, WaitReplicas: 1, WaitTimeout: time.Microsecond}, "WaitTimeout"},
+		{"negative", producer.Config{Redis: short, WaitReplicas: -1}, "WaitReplicas"},
+	} {
+		if _, err := producer.New(&c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: New: %v, want an error naming %s", c.name, err, c.want)
+		}
+	}
+
+	ns := testkit.Namespace("wait")
+	p, err := producer.New(&producer.Config{Redis: short, Namespace: ns, WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: "s", URL: "https://a.test/h"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		res, err := p.Publish(ctx, event("e1", "t"), nil)
+		if !errors.Is(err, producer.ErrNotReplicated) || len(res.Targets) != 1 || res.Targets[0].Outcome != producer.Failed ||
+			!errors.Is(res.Targets[0].Err, producer.ErrNotReplicated) {
+			t.Fatalf("publish %d without a replica: %+v, %v; want the target failed with ErrNotReplicated", i+1, res, err)
+		}
+	}
+}

@@ -265,6 +265,12 @@ func (ns Keys) Layout() string { return string(ns) + ":layout" }
 // exist.
 func (ns Keys) Regions() string { return ns.dir("regions") }
 
+// ReplicationMark is a Pub/Sub channel, not a key: the producer publishes
+// an empty message on it just before a WAIT (producer.Config.WaitReplicas),
+// as the write that WAIT counts replicas for. Nothing is stored and no one
+// subscribes.
+func (ns Keys) ReplicationMark() string { return string(ns) + ":replicated" }
+
 // WaitingMember is how a task is listed in a subscriber's waiting index:
 // its id and its queue, so it can be woken where it waits.
 func WaitingMember(queue, taskID string) string { return taskID + "@" + queue }

@@ -36,29 +36,32 @@ var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 // from other tests by its namespace (key prefix and queue name).
 type bundle struct {
 	ns   string
-	rdb  *redis.Client
+	rdb  redis.UniversalClient
 	p    *producer.Producer
 	w    *worker.Worker
 	insp *asynq.Inspector
 }
 
-// setup starts a worker with cfg (Namespace and Redis filled in) and stops
-// it when the test ends.
+// setup starts a worker with cfg (Namespace and Redis filled in) on the
+// package's Redis and stops it when the test ends.
 func setup(t testing.TB, cfg worker.Config) *bundle {
 	t.Helper()
-	ns := testkit.Namespace("w")
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: 64})
+	t.Cleanup(func() { rdb.Close() }) // registered first, so it runs after the worker's stop
+	return setupOn(t, rdb, testkit.Namespace("w"), cfg)
+}
+
+// setupOn is setup on a client of the test's own (a Cluster's, a
+// Sentinel's) and namespace ns; the caller closes rdb.
+func setupOn(t testing.TB, rdb redis.UniversalClient, ns string, cfg worker.Config) *bundle {
+	t.Helper()
 	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, stop := startWorker(t, rdb, ns, cfg)
-	insp := asynq.NewInspectorFromRedisClient(rdb)
-	t.Cleanup(func() {
-		stop()
-		rdb.Close()
-	})
-	return &bundle{ns: ns, rdb: rdb, p: p, w: w, insp: insp}
+	t.Cleanup(stop)
+	return &bundle{ns: ns, rdb: rdb, p: p, w: w, insp: asynq.NewInspectorFromRedisClient(rdb)}
 }
 
 func (b *bundle) put(t testing.TB, s tasks.Subscriber) tasks.Subscriber {
@@ -113,7 +116,7 @@ func (b *bundle) counter(t testing.TB, sub, field string) int64 {
 // startWorker runs a worker on ns (sinks on loopback allowed and logs
 // dropped unless cfg says otherwise) until the returned stop is called;
 // stop returns when Run has.
-func startWorker(t testing.TB, rdb *redis.Client, ns string, cfg worker.Config) (*worker.Worker, func()) {
+func startWorker(t testing.TB, rdb redis.UniversalClient, ns string, cfg worker.Config) (*worker.Worker, func()) {
 	t.Helper()
 	cfg.Redis, cfg.Namespace = rdb, ns
 	if cfg.AllowedCIDRs == nil {
