@@ -27,10 +27,18 @@ type GateKeys struct {
 // Gates are the Redis-side checks and bookkeeping of a delivery. Every
 // time comparison uses Redis' own clock, so workers on skewed hosts agree
 // and a deadline is never compared across two clocks.
-type Gates struct{ rdb redis.UniversalClient }
+//
+// Admit and Take, run by every delivery, are sent in batches with those of
+// concurrent deliveries (see combiner).
+type Gates struct {
+	rdb  redis.UniversalClient
+	comb *combiner
+}
 
 // NewGates returns gates on rdb.
-func NewGates(rdb redis.UniversalClient) *Gates { return &Gates{rdb: rdb} }
+func NewGates(rdb redis.UniversalClient) *Gates {
+	return &Gates{rdb: rdb, comb: &combiner{rdb: rdb}}
+}
 
 // ParseCooldown reads the value stored at GateKeys.Cooldown (absent: zero).
 func ParseCooldown(v string) time.Time {
@@ -185,8 +193,8 @@ func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admissio
 		nb = r.NotBefore.UnixMilli()
 	}
 	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Waiting}
-	res, err := admitScript.Run(ctx, g.rdb, keys, r.Gen, token, r.SlotTTL.Milliseconds(), r.MaxInFlight,
-		r.Limit.Burst, r.Limit.Rate, r.Limit.Period.Seconds(), r.Reserve.Milliseconds(), nb, r.Member).Slice()
+	res, err := g.comb.run(ctx, admitScript, keys, r.Gen, token, r.SlotTTL.Milliseconds(), r.MaxInFlight,
+		r.Limit.Burst, r.Limit.Rate, r.Limit.Period.Seconds(), r.Reserve.Milliseconds(), nb, r.Member)
 	if err != nil {
 		return Admission{}, err
 	}
@@ -288,7 +296,7 @@ func (g *Gates) Take(ctx context.Context, k GateKeys, maxInFlight int, ttl time.
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
-	res, err := takeScript.Run(ctx, g.rdb, []string{k.Cooldown, k.InFlight}, token, ttl.Milliseconds(), maxInFlight).Slice()
+	res, err := g.comb.run(ctx, takeScript, []string{k.Cooldown, k.InFlight}, token, ttl.Milliseconds(), maxInFlight)
 	if err != nil {
 		return Admission{}, err
 	}

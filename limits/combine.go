@@ -1,0 +1,110 @@
+package limits
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// combiner sends the gate scripts of concurrent deliveries together: while
+// one pipeline is on its way to Redis, the calls that arrive wait, and go
+// in the next one as a batch. A lone call goes at once, so an idle worker
+// pays no delay; a busy one pays one round trip per batch instead of one
+// per call (each round trip is a write and a read on both ends: most of a
+// delivery's CPU is in them).
+//
+// No goroutine of its own: the caller that finds no batch on its way sends
+// one (the leader), and when it is back hands the lead to the first call
+// that queued meanwhile.
+type combiner struct {
+	rdb   redis.UniversalClient
+	mu    sync.Mutex
+	busy  bool // a batch is on its way
+	queue []*scriptCall
+}
+
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	res    []any
+	err    error
+	done   chan struct{} // closed once res and err are set
+	lead   chan struct{} // this call is to send the next batch
+}
+
+// run runs script as part of a batch and returns its reply.
+func (c *combiner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) ([]any, error) {
+	call := &scriptCall{script: script, keys: keys, args: args, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	c.mu.Lock()
+	c.queue = append(c.queue, call)
+	if c.busy {
+		c.mu.Unlock()
+		select {
+		case <-call.done:
+			return call.res, call.err
+		case <-call.lead:
+		}
+		c.mu.Lock()
+	}
+	c.busy = true
+	batch := c.queue
+	c.queue = nil
+	c.mu.Unlock()
+
+	// The batch's calls belong to others too: the leader's cancellation
+	// must not fail them (the client's timeouts still bound it).
+	c.send(context.WithoutCancel(ctx), batch)
+
+	c.mu.Lock()
+	if len(c.queue) > 0 {
+		c.queue[0].lead <- struct{}{}
+	} else {
+		c.busy = false
+	}
+	c.mu.Unlock()
+	return call.res, call.err
+}
+
+// send runs a batch's scripts in one pipeline (by their sha; those Redis
+// does not know yet go again in full) and closes each call's done.
+func (c *combiner) send(ctx context.Context, batch []*scriptCall) {
+	defer func() {
+		for _, call := range batch {
+			close(call.done)
+		}
+	}()
+	if len(batch) == 1 {
+		call := batch[0]
+		call.res, call.err = call.script.Run(ctx, c.rdb, call.keys, call.args...).Slice()
+		return
+	}
+	cmds := make([]*redis.Cmd, len(batch))
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, call := range batch {
+			cmds[i] = call.script.EvalSha(ctx, p, call.keys, call.args...)
+		}
+		return nil
+	})
+	var again []int
+	for i, cmd := range cmds {
+		batch[i].res, batch[i].err = cmd.Slice()
+		if batch[i].err != nil && strings.HasPrefix(batch[i].err.Error(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range again {
+			cmds[i] = batch[i].script.Eval(ctx, p, batch[i].keys, batch[i].args...)
+		}
+		return nil
+	})
+	for _, i := range again {
+		batch[i].res, batch[i].err = cmds[i].Slice()
+	}
+}
