@@ -59,6 +59,11 @@ func StartCluster(ctx context.Context, o ClusterOpts) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
+	// redis-server opens --cluster-config-file after its chdir to --dir:
+	// a relative Dir would name a file inside itself.
+	if c.Dir, err = filepath.Abs(c.Dir); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			c.Stop()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +76,19 @@ func TestStartClusterSpreadsKeys(t *testing.T) {
 	}
 	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
 		t.Errorf("Stop left %s: %v", c.Dir, err)
+	}
+}
+
+// A relative Dir (as `hooklane bench -cluster -out .hooklane/x` gives)
+// starts: redis-server resolves the nodes file after its chdir.
+func TestStartClusterInARelativeDir(t *testing.T) {
+	t.Chdir(t.TempDir())
+	c, err := deploy.StartCluster(context.Background(), deploy.ClusterOpts{Dir: "rel/cluster"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	if !filepath.IsAbs(c.Dir) {
+		t.Errorf("Dir %q, want it made absolute", c.Dir)
 	}
 }
