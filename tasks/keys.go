@@ -265,6 +265,15 @@ func (ns Keys) Layout() string { return string(ns) + ":layout" }
 // exist.
 func (ns Keys) Regions() string { return ns.dir("regions") }
 
+// IngestLimiterKey is the key to give a redis_rate.Limiter (which
+// prefixes it with "rate:") for the publish limit of one API token, named
+// by a hash of the token, never the token. Slot {<ns>:ingest:<hash>}.
+// Owner: web. Lives a second or so past the last publish (redis_rate's
+// expiry).
+func (ns Keys) IngestLimiterKey(tokenHash string) string {
+	return string(ns) + ":{" + string(ns) + ":ingest:" + tokenHash + "}"
+}
+
 // ReplicationMark is a Pub/Sub channel, not a key: the producer publishes
 // an empty message on it just before a WAIT (producer.Config.WaitReplicas),
 // as the write that WAIT counts replicas for. Nothing is stored and no one

@@ -181,6 +181,9 @@ func TestRedisDownIs503(t *testing.T) {
 		if code, _ := r.errorOf(t); r.status != 503 || code != "redis_unavailable" {
 			t.Errorf("%s %s: %d %s; want 503 redis_unavailable", c.method, c.path, r.status, r.body)
 		}
+		if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra < 1 {
+			t.Errorf("%s %s: 503 with Retry-After %q; want whole seconds", c.method, c.path, r.header.Get("Retry-After"))
+		}
 	}
 	// Validation still answers first: a bad request is 422 even so.
 	if r := b.call(t, "PUT", "/v1/subscribers/s", `{"url":"ftp://a"}`); r.status != 422 {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
@@ -35,6 +36,11 @@ type Config struct {
 	// change tasks and queues. Default false: read-only, because they work
 	// around hooklane's dead-letter ledger and pacing (see newMonitor).
 	MonitorWrites bool
+	// IngestRate (HOOKLANE_INGEST_RATE) is how many events per second one
+	// API token may publish, across every web process (more are answered
+	// 429 with a Retry-After); IngestBurst (HOOKLANE_INGEST_BURST) how many
+	// at once. Defaults 1,000/s and 2,000.
+	IngestRate, IngestBurst int
 	// MaxBodyBytes caps a request body. Default 1 MiB: an event's data may
 	// be 256 KiB, and more once JSON-escaped.
 	MaxBodyBytes int64
@@ -55,6 +61,8 @@ func (c Config) WithDefaults() Config {
 	c.RedisConfig = c.RedisConfig.WithDefaults()
 	c.Namespace = cmp.Or(c.Namespace, "hooklane")
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 1<<20)
+	c.IngestRate = cmp.Or(c.IngestRate, 1000)
+	c.IngestBurst = cmp.Or(c.IngestBurst, 2*c.IngestRate)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -80,6 +88,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("web: Token (HOOKLANE_API_TOKEN) must be at least %d characters", MinTokenLen)
 	case c.MetricsToken != "" && len(c.MetricsToken) < MinTokenLen:
 		return fmt.Errorf("web: MetricsToken (HOOKLANE_METRICS_TOKEN) must be at least %d characters", MinTokenLen)
+	case c.IngestRate < 1 || c.IngestBurst < 1:
+		return fmt.Errorf("web: IngestRate and IngestBurst (HOOKLANE_INGEST_RATE, _BURST) must be at least 1, not %d and %d", c.IngestRate, c.IngestBurst)
 	case c.MaxBodyBytes < 64<<10:
 		return errors.New("web: MaxBodyBytes must be at least 64 KiB")
 	}
@@ -114,6 +124,16 @@ func FromEnv() (Config, error) {
 	}
 	if port := os.Getenv("PORT"); c.Addr == "" && port != "" {
 		c.Addr = ":" + port
+	}
+	for name, dst := range map[string]*int{"HOOKLANE_INGEST_RATE": &c.IngestRate, "HOOKLANE_INGEST_BURST": &c.IngestBurst} {
+		if v := os.Getenv(name); v != "" {
+			n, perr := strconv.Atoi(v)
+			if perr != nil || n < 1 {
+				err = errors.Join(err, fmt.Errorf("web: %s=%q: want a whole number of at least 1", name, v))
+				continue
+			}
+			*dst = n
+		}
 	}
 	return c, err
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,6 +23,9 @@ type APIError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// RetryAfter, when set, is sent as the Retry-After header (whole
+	// seconds, rounded up).
+	RetryAfter time.Duration `json:"-"`
 }
 
 func (e *APIError) Error() string {
@@ -91,8 +95,11 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error, extra map[st
 	if ae.Status >= 500 {
 		log.Error("request failed", "status", ae.Status, "err", err)
 	}
-	if ae.Status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "5")
+	switch {
+	case ae.RetryAfter > 0:
+		w.Header().Set("Retry-After", retryAfterSeconds(ae.RetryAfter))
+	case ae.Status == http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "5") // a Redis restart or failover takes seconds
 	}
 	body := map[string]any{"error": ae}
 	for k, v := range extra {

@@ -24,6 +24,11 @@ type EventRequest struct {
 }
 
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
+	// Before the body is read: a refused publish costs the least and
+	// writes nothing.
+	if err := s.ingest.allow(r.Context(), r); err != nil {
+		return err
+	}
 	var req EventRequest
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
 		return err

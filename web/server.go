@@ -23,6 +23,7 @@ type Server struct {
 	cfg     Config
 	rdb     redis.UniversalClient
 	p       *producer.Producer
+	ingest  *ingestLimiter
 	gates   *limits.Gates // read only: every write goes through p
 	insp    *asynq.Inspector
 	mon     *asynqmon.HTTPHandler
@@ -52,6 +53,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.gates = limits.NewGates(s.rdb)
+	s.ingest = newIngestLimiter(s)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
 	// asynqmon wants an asynq.RedisConnOpt rather than a client: the same
 	// connection, in the same mode.

@@ -1,0 +1,56 @@
+package web
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// ingestLimiter sheds publishes past a per-token rate (GCRA in Redis, so
+// every web process shares it): a refused call is answered 429 with the
+// Retry-After at which the next one is allowed, and writes nothing.
+type ingestLimiter struct {
+	l     *redis_rate.Limiter
+	limit redis_rate.Limit
+	s     *Server
+}
+
+func newIngestLimiter(s *Server) *ingestLimiter {
+	return &ingestLimiter{l: redis_rate.NewLimiter(s.rdb), s: s,
+		limit: redis_rate.Limit{Rate: s.cfg.IngestRate, Burst: s.cfg.IngestBurst, Period: time.Second}}
+}
+
+// allow takes one publish of the token r presents, or returns the 429 to
+// answer (or a 503 when Redis does not answer).
+func (il *ingestLimiter) allow(ctx context.Context, r *http.Request) error {
+	tok, _ := presented(r)
+	sum := sha256.Sum256([]byte(tok))
+	key := tasks.Keys(il.s.cfg.Namespace).IngestLimiterKey(hex.EncodeToString(sum[:8]))
+	res, err := il.l.Allow(ctx, key, il.limit)
+	if err != nil {
+		return fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err)
+	}
+	if res.Allowed > 0 {
+		return nil
+	}
+	ae := apiErr(http.StatusTooManyRequests, "rate_limited", "",
+		"more than %d events per second (burst %d) published with this token; retry after %s",
+		il.limit.Rate, il.limit.Burst, res.RetryAfter.Round(time.Millisecond))
+	ae.RetryAfter = res.RetryAfter
+	return ae
+}
+
+// retryAfterSeconds is d as a Retry-After header value: whole seconds,
+// rounded up, so that a client that waits it is never early; at least 1.
+func retryAfterSeconds(d time.Duration) string {
+	return fmt.Sprint(max(1, int64(math.Ceil(d.Seconds()))))
+}
