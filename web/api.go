@@ -25,6 +25,7 @@ func (s *Server) api() http.Handler {
 	handle("POST /v1/subscribers/{id}/resume", s.setPaused(false))
 	handle("POST /v1/subscribers/{id}/secrets/rotate", s.rotateSecret)
 	handle("GET /v1/subscribers/{id}/status", s.status)
+	handle("POST /v1/subscribers/{id}/test", s.ping)
 	handle("POST /v1/events", s.publish)
 	handle("GET /v1/dead-letters", s.listDeadLetters)
 	handle("POST /v1/dead-letters/replay", s.replay)

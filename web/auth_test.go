@@ -25,7 +25,7 @@ func TestAuthRefusedOnEveryProtectedPath(t *testing.T) {
 	paths := []struct{ method, path string }{
 		{"GET", "/v1/subscribers"}, {"PUT", "/v1/subscribers/s"}, {"GET", "/v1/subscribers/s"},
 		{"DELETE", "/v1/subscribers/s"}, {"POST", "/v1/subscribers/s/pause"}, {"POST", "/v1/subscribers/s/resume"},
-		{"POST", "/v1/subscribers/s/secrets/rotate"}, {"GET", "/v1/subscribers/s/status"}, {"POST", "/v1/events"},
+		{"POST", "/v1/subscribers/s/secrets/rotate"}, {"GET", "/v1/subscribers/s/status"}, {"POST", "/v1/subscribers/s/test"}, {"POST", "/v1/events"},
 		{"GET", "/v1/dead-letters"}, {"POST", "/v1/dead-letters/replay"}, {"DELETE", "/v1/dead-letters/s:e1"},
 		{"GET", "/v1/no-such-endpoint"},
 		{"GET", "/monitoring"}, {"GET", "/monitoring/"}, {"GET", "/monitoring/queues/" + b.ns},

@@ -51,6 +51,12 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		res, err = s.p.Publish(r.Context(), ev, opts)
 	}
+	return s.writePublished(w, res, err)
+}
+
+// writePublished answers a publish: its result, or its error with what
+// happened to each target.
+func (s *Server) writePublished(w http.ResponseWriter, res *producer.PublishResult, err error) error {
 	if err != nil {
 		if res != nil { // some targets failed: say what happened to each
 			writeError(w, s.cfg.Logger, err, map[string]any{"event_id": res.EventID, "targets": res.Targets})

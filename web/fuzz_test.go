@@ -18,7 +18,7 @@ import (
 // body, and those that read what the others wrote.
 var fuzzRoutes = []string{"PUT /v1/subscribers/fz", "POST /v1/events", "POST /v1/dead-letters/replay",
 	"POST /v1/subscribers/fz/secrets/rotate", "GET /v1/subscribers/fz", "GET /v1/subscribers",
-	"GET /v1/subscribers/fz/status", "GET /v1/dead-letters"}
+	"GET /v1/subscribers/fz/status", "POST /v1/subscribers/fz/test", "GET /v1/dead-letters"}
 
 // fuzzAuth are the ways a request presents (or fails to present) the token.
 var fuzzAuth = []func(r *http.Request){

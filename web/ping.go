@@ -1,0 +1,32 @@
+package web
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// PingType is the event type of POST /v1/subscribers/{id}/test.
+const PingType = "hooklane.ping"
+
+// ping sends the subscriber alone a hooklane.ping event, delivered like
+// any other (signed with its secrets, within its limits, retried), so a
+// receiver can check its signature verifier. Each call is a new event.
+func (s *Server) ping(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if err := tasks.ValidateSubscriberID(id); err != nil {
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "id", "want 1-64 characters of A-Z a-z 0-9 . _ -")
+	}
+	if err := s.ingest.allow(r.Context(), r); err != nil {
+		return err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	data, _ := json.Marshal(map[string]string{"subscriber_id": id})
+	ev := tasks.Event{ID: "ping_" + hex.EncodeToString(b[:]), Type: PingType, Data: data}
+	res, err := s.p.SendTo(r.Context(), id, ev, nil)
+	return s.writePublished(w, res, err)
+}
