@@ -289,8 +289,13 @@ func TestBookRefusesPausedUnlessHeldAndUnknown(t *testing.T) {
 	}
 	// Refused, it wrote nothing: held, it books.
 	bk.Held = true
-	if got, err := b.g.Book(ctx, bk); err != nil || got[0].Paused || got[0].Duplicate {
-		t.Fatalf("held: %+v, %v", got, err)
+	if got, err := b.g.Book(ctx, bk); err != nil || got[0].Paused || got[0].Duplicate || !got[0].Held {
+		t.Fatalf("held: %+v, %v; want booked and marked held", got, err)
+	}
+	b.rdb.HDel(ctx, b.k.Record, "paused")
+	bk.EventID, bk.TaskID = "e2", "s:e2"
+	if got, err := b.g.Book(ctx, bk); err != nil || got[0].Held {
+		t.Fatalf("held booking of a subscriber not paused: %+v, %v; want not marked held", got, err)
 	}
 	other := b.ns.Gates("nobody")
 	if got, err := b.g.Book(ctx, limits.Booking{Keys: other, Limit: wide, EventID: "e", TaskID: "nobody:e", MarkerTTL: time.Minute}); err != nil || !got[0].Unknown {

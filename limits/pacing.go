@@ -39,10 +39,10 @@ func pacingKey(k GateKeys, nb int64) string {
 // to refuse then, 7 the most tasks in the fresh lane at once (0: no cap),
 // 8 how long a fresh-lane entry counts (ms), 9 fresh queue, 10 backlog
 // queue.
-// Reply {code, gen, wake Unix ms, ms from now until wake, queue}: 0 booked;
-// 1 duplicate (the marker of this generation exists: nothing booked, wake
-// and queue as first booked); 2 no such subscriber; 3 paused (nothing
-// written).
+// Reply {code, gen, wake Unix ms, ms from now until wake, queue, held}:
+// 0 booked; 1 duplicate (the marker of this generation exists: nothing
+// booked, wake and queue as first booked); 2 no such subscriber; 3 paused
+// (nothing written). held is "1" when booked for a paused subscriber.
 //
 // The marker makes a re-publish book nothing and go to the queue the first
 // publish chose, where asynq's task id makes it a duplicate. A task due now
@@ -52,14 +52,14 @@ func pacingKey(k GateKeys, nb int64) string {
 // goes to the backlog queue.
 var bookScript = redis.NewScript(`
 local rec = redis.call('HMGET', KEYS[1], 'gen', 'paused')
-if not rec[1] then return {'2', '', '0', '0', ''} end
-if rec[2] and ARGV[6] ~= '1' then return {'3', rec[1], '0', '0', ''} end
+if not rec[1] then return {'2', '', '0', '0', '', '0'} end
+if rec[2] and ARGV[6] ~= '1' then return {'3', rec[1], '0', '0', '', '0'} end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local seen = redis.call('GET', KEYS[4])
 if seen then
   local gen, wake, q = string.match(seen, '^([^:]*):(%d+):(.*)$')
-  if gen == rec[1] then return {'1', gen, wake, string.format('%d', math.max(tonumber(wake) - now, 0)), q} end
+  if gen == rec[1] then return {'1', gen, wake, string.format('%d', math.max(tonumber(wake) - now, 0)), q, '0'} end
 end
 local nb = math.max(tonumber(ARGV[3]), now)
 local interval = tonumber(ARGV[1])
@@ -78,7 +78,9 @@ if tonumber(ARGV[3]) == 0 and wake - now < 1000 and not rec[2] then
 end
 redis.call('SET', KEYS[4], rec[1] .. ':' .. string.format('%d', wake) .. ':' .. queue, 'PX', ARGV[4])
 if wake - now >= 1000 then redis.call('ZADD', KEYS[3], wake, ARGV[5] .. '@' .. queue) end
-return {'0', rec[1], string.format('%d', wake), string.format('%d', wake - now), queue}`)
+local held = '0'
+if rec[2] then held = '1' end
+return {'0', rec[1], string.format('%d', wake), string.format('%d', wake - now), queue, held}`)
 
 // Booking asks Book for a wake-up slot and a queue for one new task.
 type Booking struct {
@@ -108,6 +110,7 @@ type Booked struct {
 	Duplicate bool   // booked before, in this generation: nothing was written
 	Unknown   bool   // no such subscriber
 	Paused    bool   // paused and not Held: nothing was written
+	Held      bool   // booked (Held) for a paused subscriber: it waits until resumed
 	Gen       string // the subscriber's generation, for the task to carry
 	// In is how long from now (Redis' clock) the task's slot is: under a
 	// second, enqueue it due now (the worker waits out the rest); more,
@@ -152,7 +155,7 @@ func (g *Gates) Book(ctx context.Context, bs ...Booking) ([]Booked, error) {
 		}
 		in, _ := strconv.ParseInt(res[3], 10, 64)
 		at, _ := strconv.ParseInt(res[2], 10, 64)
-		out[i] = Booked{Gen: res[1], In: time.Duration(in) * time.Millisecond, At: time.UnixMilli(at), Queue: res[4]}
+		out[i] = Booked{Gen: res[1], In: time.Duration(in) * time.Millisecond, At: time.UnixMilli(at), Queue: res[4], Held: res[5] == "1"}
 		switch res[0] {
 		case "1":
 			out[i].Duplicate = true

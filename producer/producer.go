@@ -218,6 +218,12 @@ const (
 	Enqueued  Outcome = "enqueued"
 	Duplicate Outcome = "duplicate" // the task id already existed: nothing new will be sent
 	Failed    Outcome = "failed"    // see Target.Err; publishing again is safe
+	// Held: the subscriber is paused; the event is queued and waits until
+	// it is resumed (or dead-letters at its retry horizon).
+	Held Outcome = "held"
+	// Skipped: the subscriber is paused and PublishOpts.SkipPaused asked
+	// to leave it out: nothing was queued for it.
+	Skipped Outcome = "skipped"
 )
 
 // Target is one subscriber's part of a publish.
@@ -239,10 +245,15 @@ type PublishResult struct {
 type PublishOpts struct {
 	// NotBefore delays delivery: no request is sent before it.
 	NotBefore time.Time
+	// SkipPaused leaves paused subscribers out (reported Skipped) instead
+	// of holding the event for them until they are resumed (Held, the
+	// default): an explicit choice to drop their events.
+	SkipPaused bool
 }
 
-// Publish delivers ev to every subscriber whose filter matches its type and
-// that is not paused. A zero ev.Timestamp becomes the publish time. Its cost
+// Publish delivers ev to every subscriber whose filter matches its type. A
+// paused subscriber's event is held (queued, waiting until it is resumed)
+// unless opts.SkipPaused. A zero ev.Timestamp becomes the publish time. Its cost
 // grows with the number of matching subscribers, not with how many there
 // are: the directory indexes them by event type.
 //
@@ -258,11 +269,11 @@ func (p *Producer) Publish(ctx context.Context, ev tasks.Event, opts *PublishOpt
 	if err != nil {
 		return nil, err
 	}
-	return p.fanOut(ctx, ev, opts, subs, false)
+	return p.fanOut(ctx, ev, opts, subs, opts == nil || !opts.SkipPaused)
 }
 
 // SendTo delivers ev to one subscriber, whatever its event filter. A paused
-// subscriber's event is queued and held until it is resumed.
+// subscriber's event is held until it is resumed, unless opts.SkipPaused.
 func (p *Producer) SendTo(ctx context.Context, subscriberID string, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
 	if err := p.checkEvent(&ev); err != nil {
 		return nil, err
@@ -271,7 +282,7 @@ func (p *Producer) SendTo(ctx context.Context, subscriberID string, ev tasks.Eve
 	if err != nil {
 		return nil, err
 	}
-	return p.fanOut(ctx, ev, opts, []tasks.Subscriber{s}, true)
+	return p.fanOut(ctx, ev, opts, []tasks.Subscriber{s}, opts == nil || !opts.SkipPaused)
 }
 
 func (p *Producer) checkEvent(ev *tasks.Event) error {
@@ -326,7 +337,8 @@ func (p *Producer) matching(ctx context.Context, t string) ([]tasks.Subscriber, 
 const PacingLead = 500 * time.Millisecond
 
 // fanOut enqueues ev for subs. held queues a paused subscriber's event (it
-// waits until resumed); otherwise a paused subscriber is left out.
+// waits until resumed); otherwise a paused subscriber is left out, reported
+// Skipped.
 func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, held bool) (*PublishResult, error) {
 	now := p.nowFunc()
 	var notBefore time.Time
@@ -362,10 +374,12 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 	var errs []error
 	for i, s := range subs {
 		b := booked[i]
-		if b.Paused {
-			continue // Publish skips a paused subscriber (SendTo holds)
-		}
 		t := Target{SubscriberID: s.ID, TaskID: tasks.TaskID(s.ID, ev.ID)}
+		if b.Paused { // only with SkipPaused: nothing was written
+			t.Outcome = Skipped
+			res.Targets = append(res.Targets, t)
+			continue
+		}
 		if b.Unknown {
 			t.Outcome = Failed
 			t.Err = fmt.Errorf("%w: subscriber %s is being created or deleted; publish again", ErrUnknownSubscriber, s.ID)
@@ -386,6 +400,9 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 			t.ProcessAt = limits.CeilSecond(notBefore)
 		}
 		t.Outcome, t.Err = p.enqueue(ctx, s, ev, b, now, notBefore, t)
+		if t.Outcome == Enqueued && b.Held {
+			t.Outcome = Held
+		}
 		if t.Err != nil {
 			errs = append(errs, t.Err)
 		}
@@ -409,7 +426,7 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 // ordered log, so a replica that has it has every write acknowledged before.
 func (p *Producer) waitReplicas(ctx context.Context, res *PublishResult) error {
 	want := p.cfg.WaitReplicas
-	if want == 0 || !slices.ContainsFunc(res.Targets, func(t Target) bool { return t.Outcome != Failed }) {
+	if want == 0 || !slices.ContainsFunc(res.Targets, written) {
 		return nil
 	}
 	var wait *redis.Cmd
@@ -432,12 +449,15 @@ func (p *Producer) waitReplicas(ctx context.Context, res *PublishResult) error {
 		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v; publish again", ErrNotReplicated, acked, want, p.cfg.WaitTimeout)
 	}
 	for i := range res.Targets {
-		if t := &res.Targets[i]; t.Outcome != Failed {
+		if t := &res.Targets[i]; written(*t) {
 			t.Outcome, t.Err = Failed, err
 		}
 	}
 	return err
 }
+
+// written reports whether the target's publish wrote or found its task.
+func written(t Target) bool { return t.Outcome != Failed && t.Outcome != Skipped }
 
 // enqueue writes one task to asynq, in the queue it was booked for.
 func (p *Producer) enqueue(ctx context.Context, s tasks.Subscriber, ev tasks.Event, b limits.Booked, now, notBefore time.Time, t Target) (Outcome, error) {

@@ -174,7 +174,8 @@ func TestPublishFanOutAndDuplicates(t *testing.T) {
 	for _, tg := range res.Targets {
 		got[tg.SubscriberID] = tg.Outcome
 	}
-	want := map[string]producer.Outcome{"all": producer.Enqueued, "videos": producer.Enqueued}
+	// A paused subscriber's event is held for it, not left out.
+	want := map[string]producer.Outcome{"all": producer.Enqueued, "paused": producer.Held, "videos": producer.Enqueued}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("targets = %v, want %v", got, want)
 	}
@@ -182,8 +183,8 @@ func TestPublishFanOutAndDuplicates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Targets) != 2 {
-		t.Fatalf("re-publish: %d targets, want the same 2", len(res.Targets))
+	if len(res.Targets) != 3 {
+		t.Fatalf("re-publish: %d targets, want the same 3", len(res.Targets))
 	}
 	for _, tg := range res.Targets {
 		if tg.Outcome != producer.Duplicate {
@@ -206,6 +207,34 @@ func TestPublishFanOutAndDuplicates(t *testing.T) {
 	}
 	if strings.Contains(string(info.Payload), "whsec_") {
 		t.Fatal("task payload carries a secret")
+	}
+}
+
+// Skipping paused subscribers is an explicit choice, reported per target,
+// and writes nothing for them.
+func TestSkipPausedLeavesPausedOutAndSaysSo(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.put(t, tasks.Subscriber{ID: "on", URL: "https://a.test"})
+	b.put(t, tasks.Subscriber{ID: "off", URL: "https://b.test", Paused: true})
+	res, err := b.p.Publish(ctx, event("e1", "t"), &producer.PublishOpts{SkipPaused: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]producer.Outcome{}
+	for _, tg := range res.Targets {
+		got[tg.SubscriberID] = tg.Outcome
+	}
+	if want := map[string]producer.Outcome{"off": producer.Skipped, "on": producer.Enqueued}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("targets = %v, want %v", got, want)
+	}
+	if _, err := testkit.Task(b.insp, b.ns, tasks.TaskID("off", "e1")); !errors.Is(err, asynq.ErrTaskNotFound) {
+		t.Fatalf("skipped target's task: %v; want none", err)
+	}
+	// Published again without the option, the event is held for it: the
+	// skip booked nothing (no marker makes it a duplicate).
+	res, err = b.p.SendTo(ctx, "off", event("e1", "t"), nil)
+	if err != nil || res.Targets[0].Outcome != producer.Held {
+		t.Fatalf("SendTo the paused subscriber: %+v, %v; want held", res, err)
 	}
 }
 

@@ -21,6 +21,10 @@ type EventRequest struct {
 	NotBefore *time.Time      `json:"not_before,omitempty"` // no request before this time
 	// SubscriberID sends to this subscriber alone, whatever its event filter.
 	SubscriberID string `json:"subscriber_id,omitempty"`
+	// SkipPaused leaves paused subscribers out (outcome "skipped"): their
+	// copy of the event is dropped. By default it is held for them
+	// (outcome "held") and delivered once they are resumed.
+	SkipPaused bool `json:"skip_paused,omitempty"`
 }
 
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
@@ -37,9 +41,9 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
 	if req.Timestamp != nil {
 		ev.Timestamp = req.Timestamp.UTC()
 	}
-	var opts *producer.PublishOpts
+	opts := &producer.PublishOpts{SkipPaused: req.SkipPaused}
 	if req.NotBefore != nil {
-		opts = &producer.PublishOpts{NotBefore: *req.NotBefore}
+		opts.NotBefore = *req.NotBefore
 	}
 	var res *producer.PublishResult
 	var err error
@@ -64,11 +68,11 @@ func (s *Server) writePublished(w http.ResponseWriter, res *producer.PublishResu
 		}
 		return err
 	}
-	// 202 when something new was queued; a repeat of an earlier publish
-	// (all duplicates) changes nothing and is a plain 200.
+	// 202 when something new was queued (held included); a repeat of an
+	// earlier publish (all duplicates) changes nothing and is a plain 200.
 	status := http.StatusOK
 	for _, t := range res.Targets {
-		if t.Outcome == producer.Enqueued {
+		if t.Outcome == producer.Enqueued || t.Outcome == producer.Held {
 			status = http.StatusAccepted
 		}
 	}
