@@ -90,11 +90,24 @@ func (c *Client) GetSubscriber(ctx context.Context, id string) (Subscriber, erro
 	return s, err
 }
 
-// ListSubscribers returns every subscriber, by id.
+// ListSubscribers returns every subscriber, by id, page after page.
 func (c *Client) ListSubscribers(ctx context.Context) ([]Subscriber, error) {
-	var out struct{ Subscribers []Subscriber }
-	_, err := c.do(ctx, "GET", "/v1/subscribers", nil, &out)
-	return out.Subscribers, err
+	var all []Subscriber
+	for cursor := ""; ; {
+		var page SubscriberPage
+		path := "/v1/subscribers?limit=1000"
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		if _, err := c.do(ctx, "GET", path, nil, &page); err != nil {
+			return all, err
+		}
+		all = append(all, page.Subscribers...)
+		if page.NextCursor == "" {
+			return all, nil
+		}
+		cursor = page.NextCursor
+	}
 }
 
 // DeleteSubscriber deletes subscriber id.

@@ -1,10 +1,12 @@
 package web
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -163,18 +165,64 @@ func (s *Server) getSubscriber(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// SubscriberPage is the answer of GET /v1/subscribers: up to limit
+// subscribers (default 100, at most 1,000) in id order; NextCursor, when
+// set, gets the next page (?cursor=). A page costs its size, not the
+// number of subscribers.
+type SubscriberPage struct {
+	Subscribers []Subscriber `json:"subscribers"`
+	NextCursor  string       `json:"next_cursor,omitempty"`
+}
+
 func (s *Server) listSubscribers(w http.ResponseWriter, r *http.Request) error {
-	subs, err := s.p.ListSubscribers(r.Context())
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want 1 to 1000")
+		}
+		limit = n
+	}
+	after, err := decodeSubscriberCursor(r.URL.Query().Get("cursor"))
+	if err != nil {
+		return err
+	}
+	subs, next, err := s.p.Subscribers(r.Context(), after, limit)
 	if err != nil {
 		return err
 	}
 	slices.SortFunc(subs, func(a, b tasks.Subscriber) int { return strings.Compare(a.ID, b.ID) })
-	out := make([]Subscriber, len(subs))
+	page := SubscriberPage{Subscribers: make([]Subscriber, len(subs))}
 	for i, sub := range subs {
-		out[i] = view(sub)
+		page.Subscribers[i] = view(sub)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"subscribers": out})
+	if next != "" {
+		page.NextCursor = subscriberCursorPrefix + base64.RawURLEncoding.EncodeToString([]byte(next))
+	}
+	writeJSON(w, http.StatusOK, page)
 	return nil
+}
+
+// subscriberCursorPrefix marks a subscriber list's cursor, so that another
+// list's cursor is refused instead of read as an id.
+const subscriberCursorPrefix = "s1."
+
+// decodeSubscriberCursor returns the id a cursor continues after ("" for
+// none), or a 422 for a cursor this list did not answer.
+func decodeSubscriberCursor(c string) (string, error) {
+	if c == "" {
+		return "", nil
+	}
+	bad := apiErr(http.StatusUnprocessableEntity, "invalid", "cursor", "not a cursor of this list: pass next_cursor as it was answered")
+	rest, ok := strings.CutPrefix(c, subscriberCursorPrefix)
+	if !ok {
+		return "", bad
+	}
+	id, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil || tasks.ValidateSubscriberID(string(id)) != nil {
+		return "", bad
+	}
+	return string(id), nil
 }
 
 func (s *Server) deleteSubscriber(w http.ResponseWriter, r *http.Request) error {
