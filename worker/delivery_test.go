@@ -290,9 +290,15 @@ func TestGoneDeadLettersAndPauses(t *testing.T) {
 	if n := s.Count(); n != 1 {
 		t.Fatalf("sink saw %d requests, want 1", n)
 	}
-	// Paused: new events are not fanned out to it.
-	if r := b.publish(t, "e2", "t"); len(r.Targets) != 0 {
-		t.Fatalf("paused subscriber got %v", r.Targets)
+	// Paused: a new event is held for it, not sent (and not dropped).
+	if r := b.publish(t, "e2", "t"); len(r.Targets) != 1 || r.Targets[0].Outcome != producer.Held {
+		t.Fatalf("paused subscriber got %v; want e2 held", r.Targets)
+	}
+	testkit.Eventually(t, 10*time.Second, "e2 held by the pause gate", func() bool {
+		return b.counter(t, "s", "deferred:"+worker.GatePaused) >= 1
+	})
+	if n := s.Count(); n != 1 {
+		t.Fatalf("sink saw %d requests after the pause, want still 1", n)
 	}
 }
 

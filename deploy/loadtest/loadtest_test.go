@@ -42,6 +42,14 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		Worker:  worker.Config{BackoffBase: 200 * time.Millisecond, BackoffMax: 2 * time.Second},
 		Timeout: 90 * time.Second,
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// The worker runs in this process under the race detector, on two
+		// cores shared with Redis and the receiver: between the limiter's
+		// decision and the request's arrival here a request can lose more
+		// than the bench's 20ms (one run in five here: 26 requests in
+		// 1.023s where 25.9 were allowed, at the relay's first second). The
+		// excess a broken limit causes is far larger (registering twice the
+		// rate: 14 requests in 0.225s for 9.9).
+		Slack: 50 * time.Millisecond,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -111,7 +111,7 @@ func redisCost(d redisStats, deliveries int, publishing bool) RedisCost {
 	}
 	n := float64(deliveries)
 	c := RedisCost{CommandsPerDelivery: float64(d.total()) / n, RoundTripsPerDelivery: float64(d.Reads) / n,
-		UsecPerDelivery: float64(d.Usec) / n, CPUUsecPerDelivery: float64(d.CPU.Microseconds()) / n, IncludesPublishing: publishing}
+		UsecPerDelivery: float64(d.Usec) / n, CPUUsecPerDelivery: float64(d.CPU) / float64(time.Microsecond) / n, IncludesPublishing: publishing}
 	for k, v := range d.Calls {
 		c.Top = append(c.Top, CmdShare{Cmd: k, PerDelivery: float64(v) / n})
 	}
@@ -122,7 +122,7 @@ func redisCost(d redisStats, deliveries int, publishing bool) RedisCost {
 	for _, addr := range d.nodeAddrs() {
 		m := d.Nodes[addr]
 		c.Masters = append(c.Masters, NodeCost{Addr: addr, CommandsPerDelivery: float64(m.total()) / n,
-			RoundTripsPerDelivery: float64(m.Reads) / n, CPUUsecPerDelivery: float64(m.CPU.Microseconds()) / n})
+			RoundTripsPerDelivery: float64(m.Reads) / n, CPUUsecPerDelivery: float64(m.CPU) / float64(time.Microsecond) / n})
 	}
 	return c
 }
