@@ -20,6 +20,8 @@ import (
 
 	"github.com/hooklane/hooklane/deploy/loadtest"
 	"github.com/hooklane/hooklane/web"
+	"github.com/hooklane/hooklane/web/cli"
+	"github.com/hooklane/hooklane/web/dev"
 	"github.com/hooklane/hooklane/worker"
 )
 
@@ -27,8 +29,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
-		if errors.Is(err, web.ErrUsage) {
-			err = fmt.Errorf("%w\nusage: hooklane worker|web|dev|bench|migrate\n%s", err, web.CLIUsage)
+		if errors.Is(err, cli.ErrUsage) {
+			err = fmt.Errorf("%w\nusage: hooklane worker|web|dev|bench|migrate\n%s", err, cli.Usage)
 		}
 		fmt.Fprintln(os.Stderr, "hooklane:", err)
 		os.Exit(1)
@@ -75,15 +77,15 @@ func run(ctx context.Context, args []string) error {
 		// Errors only: the demo prints its progress, and each dead letter
 		// it makes on purpose would be a warning.
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-		return web.Dev(ctx, web.DevOptions{Getenv: os.Getenv, Out: os.Stdout, Logger: log})
+		return dev.Run(ctx, dev.Options{Getenv: os.Getenv, Out: os.Stdout, Logger: log})
 	case len(args) > 0 && args[0] == "bench":
 		exe, err := os.Executable() // the workers it starts are this binary's `worker`
 		if err != nil {
 			return err
 		}
 		return loadtest.Command(ctx, args[1:], exe, os.Stdout, os.Stderr)
-	case len(args) > 0 && web.IsCLICommand(args[0]):
-		return web.CLI(ctx, args, os.Stdout, os.Getenv)
+	case len(args) > 0 && cli.IsCommand(args[0]):
+		return cli.Run(ctx, args, os.Stdout, os.Getenv)
 	}
-	return web.ErrUsage
+	return cli.ErrUsage
 }

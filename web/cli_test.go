@@ -12,6 +12,7 @@ import (
 
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/web"
+	"github.com/hooklane/hooklane/web/cli"
 )
 
 // cli runs an operator command against b's server and decodes its output.
@@ -19,7 +20,7 @@ func (b *bundle) cli(t *testing.T, out any, args ...string) error {
 	t.Helper()
 	var buf bytes.Buffer
 	env := map[string]string{"HOOKLANE_URL": b.srv.URL, "HOOKLANE_API_TOKEN": token}
-	err := web.CLI(context.Background(), args, &buf, func(k string) string { return env[k] })
+	err := cli.Run(context.Background(), args, &buf, func(k string) string { return env[k] })
 	if err == nil && out != nil {
 		if jerr := json.Unmarshal(buf.Bytes(), out); jerr != nil {
 			t.Fatalf("%v: output %q: %v", args, buf.String(), jerr)
@@ -84,12 +85,12 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("put invalid: %v", err)
 	}
 	for _, args := range [][]string{{"subscribers"}, {"subscribers", "frob", "s"}, {"publish", "-nope"}, {"dead-letters"}, {"nothing"}} {
-		if err := b.cli(t, nil, args...); !errors.Is(err, web.ErrUsage) {
+		if err := b.cli(t, nil, args...); !errors.Is(err, cli.ErrUsage) {
 			t.Errorf("%v: %v, want ErrUsage", args, err)
 		}
 	}
 	var buf bytes.Buffer
-	err := web.CLI(context.Background(), []string{"subscribers", "list"}, &buf, func(k string) string {
+	err := cli.Run(context.Background(), []string{"subscribers", "list"}, &buf, func(k string) string {
 		return map[string]string{"HOOKLANE_URL": b.srv.URL}[k]
 	})
 	if !errors.As(err, &ae) || ae.Status != 401 || !strings.Contains(err.Error(), "unauthorized") {

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
-	"github.com/hooklane/hooklane/web"
+	"github.com/hooklane/hooklane/web/cli"
+	"github.com/hooklane/hooklane/web/dev"
 )
 
 // What `make run` promises a newcomer: within a minute the fast subscriber
@@ -23,7 +24,7 @@ func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- web.Dev(ctx, web.DevOptions{Getenv: func(k string) string { return env[k] }, Out: &out,
+		done <- dev.Run(ctx, dev.Options{Getenv: func(k string) string { return env[k] }, Out: &out,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: 20})
 	}()
 	banner := regexp.MustCompile(`asynqmon UI\s+(http://127\.0\.0\.1:\d+)/monitoring/\s+\(user: anything, password: (\S+)\)`)
@@ -32,7 +33,7 @@ func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 		m = banner.FindStringSubmatch(out.String())
 		return m != nil
 	})
-	c := web.NewClient(m[1], m[2])
+	c := cli.NewClient(m[1], m[2])
 
 	testkit.Eventually(t, 60*time.Second, "fast deliveries, 429s and dead letters", func() bool {
 		fast, err1 := c.Status(ctx, "demo-fast")

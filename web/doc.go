@@ -4,6 +4,6 @@
 //
 // Every /v1/ and /monitoring/ request carries Config.Token, as a bearer
 // token or as the password of HTTP basic auth so that a browser can open the
-// UI. The package also holds the API's Go client, the operator CLI built on
-// it, and Dev, the one-process demo that `make run` starts.
+// UI. The API's Go client and the operator CLI built on it are in web/cli;
+// the one-process demo that `make run` starts is in web/dev.
 package web

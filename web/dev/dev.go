@@ -1,4 +1,4 @@
-package web
+package dev
 
 import (
 	"cmp"
@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/web"
+	"github.com/hooklane/hooklane/web/cli"
 	"github.com/hooklane/hooklane/worker"
 )
 
-// DevOptions configures Dev.
-type DevOptions struct {
+// Options configures Run.
+type Options struct {
 	// Getenv reads the Redis variables (deploy.RedisFromEnv), PORT,
 	// HOOKLANE_API_TOKEN and HOOKLANE_NAMESPACE; the worker's other
 	// variables come from the process environment (worker.FromEnv).
@@ -34,12 +36,12 @@ type DevOptions struct {
 	Events int
 }
 
-// Dev is `make run`: it starts (or reuses) a local redis-server unless a
+// Run is `make run`: it starts (or reuses) a local redis-server unless a
 // Redis is configured (REDIS_URL, a Cluster or Sentinel), a worker and the
 // web process on 127.0.0.1:$PORT, and a demo receiver with three
 // subscribers, publishes a burst of events, prints where to look, and runs
 // until ctx is done.
-func Dev(ctx context.Context, o DevOptions) error {
+func Run(ctx context.Context, o Options) error {
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
 	}
@@ -76,7 +78,7 @@ func Dev(ctx context.Context, o DevOptions) error {
 	if err != nil {
 		return fmt.Errorf("web: %w (set PORT to use another port)", err)
 	}
-	srv, err := New(Config{Addr: ln.Addr().String(), Token: token, RedisConfig: rc,
+	srv, err := web.New(web.Config{Addr: ln.Addr().String(), Token: token, RedisConfig: rc,
 		Namespace: o.Getenv("HOOKLANE_NAMESPACE"), Logger: log.With("process", "web")})
 	if err != nil {
 		ln.Close()
@@ -138,7 +140,7 @@ func Dev(ctx context.Context, o DevOptions) error {
 			return errors.Join(err, stop())
 		}
 		defer rcv.Close()
-		if err := Demo(ctx, NewClient(base, token), rcv, o.Events); err != nil {
+		if err := Demo(ctx, cli.NewClient(base, token), rcv, o.Events); err != nil {
 			return errors.Join(err, stop())
 		}
 	}
@@ -154,7 +156,7 @@ func Dev(ctx context.Context, o DevOptions) error {
 
 `, base, token, "http://hooklane:"+token+"@"+ln.Addr().String()+"/monitoring/")
 	if o.Events > 0 {
-		go progress(ctx, NewClient(base, token), o.Out, 3*time.Second)
+		go progress(ctx, cli.NewClient(base, token), o.Out, 3*time.Second)
 	}
 	select {
 	case <-ctx.Done():
@@ -166,7 +168,7 @@ func Dev(ctx context.Context, o DevOptions) error {
 
 // progress prints the demo subscribers' counts every interval while they
 // change, so the terminal tells the same story as the UI.
-func progress(ctx context.Context, c *Client, out io.Writer, every time.Duration) {
+func progress(ctx context.Context, c *cli.Client, out io.Writer, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	last := ""

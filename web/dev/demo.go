@@ -1,4 +1,4 @@
-package web
+package dev
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/web"
+	"github.com/hooklane/hooklane/web/cli"
 )
 
 // Receiver is the demo's webhook receiver on 127.0.0.1: /fast answers 200
@@ -85,12 +87,12 @@ func (r *Receiver) Close() error { r.down.Close(); return r.srv.Close() }
 // enforces its own lower limit with 429 + Retry-After (hooklane is told it
 // may send 10/s, so it finds out from the answers), one that is down and
 // dead-letters after 3 attempts.
-func DemoSubscribers(r *Receiver) map[string]SubscriberRequest {
-	return map[string]SubscriberRequest{
+func DemoSubscribers(r *Receiver) map[string]web.SubscriberRequest {
+	return map[string]web.SubscriberRequest{
 		"demo-fast": {URL: r.URL + "/fast", EventTypes: []string{"demo.*"},
-			RateLimit: &RateLimit{Rate: 50, Burst: 50, Period: "1s"}},
+			RateLimit: &web.RateLimit{Rate: 50, Burst: 50, Period: "1s"}},
 		"demo-limited": {URL: r.URL + "/limited", EventTypes: []string{"demo.*"},
-			RateLimit: &RateLimit{Rate: 10, Burst: 10, Period: "1s"}},
+			RateLimit: &web.RateLimit{Rate: 10, Burst: 10, Period: "1s"}},
 		"demo-down": {URL: r.DownURL, EventTypes: []string{"demo.*"}, MaxAttempts: 3},
 	}
 }
@@ -99,7 +101,7 @@ func DemoSubscribers(r *Receiver) map[string]SubscriberRequest {
 // events, plus a few due later (asynqmon's Scheduled tab). Event ids carry
 // the run's start time, so each run delivers anew instead of being
 // deduplicated against the last one.
-func Demo(ctx context.Context, c *Client, r *Receiver, n int) error {
+func Demo(ctx context.Context, c *cli.Client, r *Receiver, n int) error {
 	for id, s := range DemoSubscribers(r) {
 		if _, err := c.PutSubscriber(ctx, id, s); err != nil {
 			return fmt.Errorf("demo: put %s: %w", id, err)
@@ -108,7 +110,7 @@ func Demo(ctx context.Context, c *Client, r *Receiver, n int) error {
 	run := time.Now().UTC().Format("150405")
 	later := time.Now().Add(90 * time.Second)
 	for i := range n + 3 {
-		ev := EventRequest{ID: fmt.Sprintf("demo-%s-%03d", run, i), Type: "demo.order.created",
+		ev := web.EventRequest{ID: fmt.Sprintf("demo-%s-%03d", run, i), Type: "demo.order.created",
 			Data: json.RawMessage(fmt.Sprintf(`{"order":%d,"total_cents":%d}`, i, 1000+37*i))}
 		if i >= n {
 			ev.Type, ev.NotBefore = "demo.reminder.due", &later

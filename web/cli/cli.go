@@ -1,4 +1,4 @@
-package web
+package cli
 
 import (
 	"cmp"
@@ -13,10 +13,12 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/hooklane/hooklane/web"
 )
 
-// CLIUsage lists the operator commands.
-const CLIUsage = `operator commands (over the API at $HOOKLANE_URL, default http://127.0.0.1:$PORT, with $HOOKLANE_API_TOKEN):
+// Usage lists the operator commands.
+const Usage = `operator commands (over the API at $HOOKLANE_URL, default http://127.0.0.1:$PORT, with $HOOKLANE_API_TOKEN):
   hooklane publish -type T [-id ID] [-data JSON|@file] [-to SUBSCRIBER] [-not-before RFC3339|+DURATION]
   hooklane subscribers list
   hooklane subscribers get|status|delete|pause|resume ID
@@ -25,17 +27,17 @@ const CLIUsage = `operator commands (over the API at $HOOKLANE_URL, default http
   hooklane dead-letters list [-subscriber ID] [-limit N]
   hooklane dead-letters replay -subscriber ID | -id TASK_ID [-id …] | -all  [-since T] [-until T]`
 
-// ErrUsage is returned for a command line CLI does not understand.
+// ErrUsage is returned for a command line Run does not understand.
 var ErrUsage = errors.New("usage")
 
 // IsCLICommand reports whether CLI handles the command name.
-func IsCLICommand(name string) bool {
+func IsCommand(name string) bool {
 	return name == "publish" || name == "subscribers" || name == "dead-letters"
 }
 
-// CLI runs an operator command (see CLIUsage) and writes the API's answer
+// Run runs an operator command (see Usage) and writes the API's answer
 // to stdout as JSON. getenv reads HOOKLANE_URL, PORT and HOOKLANE_API_TOKEN.
-func CLI(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
+func Run(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
 	base := getenv("HOOKLANE_URL")
 	if base == "" {
 		base = "http://127.0.0.1:" + cmp.Or(getenv("PORT"), "8080")
@@ -73,7 +75,7 @@ func newFlags(name string) *flag.FlagSet {
 	return fs
 }
 
-func parsePublish(args []string) (EventRequest, error) {
+func parsePublish(args []string) (web.EventRequest, error) {
 	fs := newFlags("publish")
 	id := fs.String("id", "", "event id; default a new random one (give your own to make retries idempotent)")
 	typ := fs.String("type", "", "event type")
@@ -81,9 +83,9 @@ func parsePublish(args []string) (EventRequest, error) {
 	to := fs.String("to", "", "send to this subscriber only")
 	nb := fs.String("not-before", "", "RFC 3339 time or +duration")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return EventRequest{}, fmt.Errorf("%w: publish: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
+		return web.EventRequest{}, fmt.Errorf("%w: publish: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
 	}
-	ev := EventRequest{ID: *id, Type: *typ, SubscriberID: *to, Data: json.RawMessage(*data)}
+	ev := web.EventRequest{ID: *id, Type: *typ, SubscriberID: *to, Data: json.RawMessage(*data)}
 	if ev.ID == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -162,12 +164,12 @@ func subscribersCLI(ctx context.Context, c *Client, args []string, out func(any,
 		if err := fs.Parse(rest); err != nil || fs.NArg() != 0 {
 			return fmt.Errorf("%w: subscribers put: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
 		}
-		r := SubscriberRequest{URL: *u, MaxInFlight: *inflight, MaxAttempts: *attempts, Secrets: secrets}
+		r := web.SubscriberRequest{URL: *u, MaxInFlight: *inflight, MaxAttempts: *attempts, Secrets: secrets}
 		if *events != "" {
 			r.EventTypes = strings.Split(*events, ",")
 		}
 		if *rate != 0 || *burst != 0 {
-			r.RateLimit = &RateLimit{Rate: *rate, Burst: cmp.Or(*burst, *rate), Period: *period}
+			r.RateLimit = &web.RateLimit{Rate: *rate, Burst: cmp.Or(*burst, *rate), Period: *period}
 		}
 		return out(c.PutSubscriber(ctx, id, r))
 	}
@@ -197,7 +199,7 @@ func deadLettersCLI(ctx context.Context, c *Client, args []string, out func(any,
 		if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
 			return fmt.Errorf("%w: dead-letters replay: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
 		}
-		req := ReplayRequest{Subscriber: *sub, IDs: ids, All: *all}
+		req := web.ReplayRequest{Subscriber: *sub, IDs: ids, All: *all}
 		for _, f := range []struct {
 			name, v string
 			dst     *time.Time

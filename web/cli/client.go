@@ -1,4 +1,4 @@
-package web
+package cli
 
 import (
 	"bytes"
@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/web"
 )
 
 // Client calls the /v1/ API of a hooklane web process. Its errors are
-// *APIError for any answer that is not 2xx.
+// *web.APIError for any answer that is not 2xx.
 type Client struct {
 	BaseURL string // e.g. http://127.0.0.1:8080
 	Token   string
@@ -59,9 +60,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 		return resp.StatusCode, err
 	}
 	if resp.StatusCode/100 != 2 {
-		var e struct{ Error *APIError }
+		var e struct{ Error *web.APIError }
 		if json.Unmarshal(b, &e) != nil || e.Error == nil {
-			return resp.StatusCode, &APIError{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(b))}
+			return resp.StatusCode, &web.APIError{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(b))}
 		}
 		e.Error.Status = resp.StatusCode
 		return resp.StatusCode, e.Error
@@ -77,24 +78,24 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 func subPath(id string) string { return "/v1/subscribers/" + url.PathEscape(id) }
 
 // PutSubscriber creates or replaces subscriber id.
-func (c *Client) PutSubscriber(ctx context.Context, id string, r SubscriberRequest) (Subscriber, error) {
-	var s Subscriber
+func (c *Client) PutSubscriber(ctx context.Context, id string, r web.SubscriberRequest) (web.Subscriber, error) {
+	var s web.Subscriber
 	_, err := c.do(ctx, "PUT", subPath(id), r, &s)
 	return s, err
 }
 
 // GetSubscriber returns subscriber id, without secrets.
-func (c *Client) GetSubscriber(ctx context.Context, id string) (Subscriber, error) {
-	var s Subscriber
+func (c *Client) GetSubscriber(ctx context.Context, id string) (web.Subscriber, error) {
+	var s web.Subscriber
 	_, err := c.do(ctx, "GET", subPath(id), nil, &s)
 	return s, err
 }
 
 // ListSubscribers returns every subscriber, by id, page after page.
-func (c *Client) ListSubscribers(ctx context.Context) ([]Subscriber, error) {
-	var all []Subscriber
+func (c *Client) ListSubscribers(ctx context.Context) ([]web.Subscriber, error) {
+	var all []web.Subscriber
 	for cursor := ""; ; {
-		var page SubscriberPage
+		var page web.SubscriberPage
 		path := "/v1/subscribers?limit=1000"
 		if cursor != "" {
 			path += "&cursor=" + url.QueryEscape(cursor)
@@ -117,8 +118,8 @@ func (c *Client) DeleteSubscriber(ctx context.Context, id string) error {
 }
 
 // SetPaused pauses or resumes subscriber id.
-func (c *Client) SetPaused(ctx context.Context, id string, paused bool) (Subscriber, error) {
-	var s Subscriber
+func (c *Client) SetPaused(ctx context.Context, id string, paused bool) (web.Subscriber, error) {
+	var s web.Subscriber
 	action := "/resume"
 	if paused {
 		action = "/pause"
@@ -129,21 +130,21 @@ func (c *Client) SetPaused(ctx context.Context, id string, paused bool) (Subscri
 
 // RotateSecret gives subscriber id a new secret (in the answer's Secrets);
 // the old ones sign beside it for grace ("" for the server's default).
-func (c *Client) RotateSecret(ctx context.Context, id, grace string) (Subscriber, error) {
-	var s Subscriber
-	_, err := c.do(ctx, "POST", subPath(id)+"/secrets/rotate", RotateRequest{Grace: grace}, &s)
+func (c *Client) RotateSecret(ctx context.Context, id, grace string) (web.Subscriber, error) {
+	var s web.Subscriber
+	_, err := c.do(ctx, "POST", subPath(id)+"/secrets/rotate", web.RotateRequest{Grace: grace}, &s)
 	return s, err
 }
 
 // Status returns subscriber id's limit, cooldown, in-flight and counts.
-func (c *Client) Status(ctx context.Context, id string) (Status, error) {
-	var s Status
+func (c *Client) Status(ctx context.Context, id string) (web.Status, error) {
+	var s web.Status
 	_, err := c.do(ctx, "GET", subPath(id)+"/status", nil, &s)
 	return s, err
 }
 
 // Publish publishes an event; its result lists each subscriber's outcome.
-func (c *Client) Publish(ctx context.Context, ev EventRequest) (*producer.PublishResult, error) {
+func (c *Client) Publish(ctx context.Context, ev web.EventRequest) (*producer.PublishResult, error) {
 	var res producer.PublishResult
 	_, err := c.do(ctx, "POST", "/v1/events", ev, &res)
 	return &res, err
@@ -151,7 +152,7 @@ func (c *Client) Publish(ctx context.Context, ev EventRequest) (*producer.Publis
 
 // DeadLetters lists one page of dead letters, of one subscriber when sub
 // is set, from cursor ("": the newest).
-func (c *Client) DeadLetters(ctx context.Context, sub string, limit int, cursor string) (DeadLetterPage, error) {
+func (c *Client) DeadLetters(ctx context.Context, sub string, limit int, cursor string) (web.DeadLetterPage, error) {
 	q := url.Values{}
 	if sub != "" {
 		q.Set("subscriber", sub)
@@ -162,21 +163,21 @@ func (c *Client) DeadLetters(ctx context.Context, sub string, limit int, cursor 
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}
-	var out DeadLetterPage
+	var out web.DeadLetterPage
 	_, err := c.do(ctx, "GET", "/v1/dead-letters?"+q.Encode(), nil, &out)
 	return out, err
 }
 
 // Replay re-enqueues one batch of dead letters with their original event
 // ids; ReplayAll goes on until every match is done.
-func (c *Client) Replay(ctx context.Context, r ReplayRequest) (ReplayAnswer, error) {
-	var out ReplayAnswer
+func (c *Client) Replay(ctx context.Context, r web.ReplayRequest) (web.ReplayAnswer, error) {
+	var out web.ReplayAnswer
 	_, err := c.do(ctx, "POST", "/v1/dead-letters/replay", r, &out)
 	return out, err
 }
 
 // ReplayAll calls Replay until the server answers no next cursor.
-func (c *Client) ReplayAll(ctx context.Context, r ReplayRequest) ([]producer.ReplayOutcome, error) {
+func (c *Client) ReplayAll(ctx context.Context, r web.ReplayRequest) ([]producer.ReplayOutcome, error) {
 	var all []producer.ReplayOutcome
 	for {
 		page, err := c.Replay(ctx, r)
