@@ -63,7 +63,9 @@ func toAPIError(err error) *APIError {
 		return apiErr(http.StatusConflict, "too_many_secrets", "secrets", "%v", err)
 	case errors.Is(err, producer.ErrRedisUnavailable), errors.Is(err, redis.ErrClosed), errors.As(err, &netErr),
 		errors.Is(err, io.EOF):
-		return apiErr(http.StatusServiceUnavailable, "redis_unavailable", "", "%v", err)
+		ae := apiErr(http.StatusServiceUnavailable, "redis_unavailable", "", "%v", err)
+		ae.RetryAfter = 5 * time.Second // a Redis restart or failover takes seconds
+		return ae
 	}
 	return apiErr(http.StatusInternalServerError, "internal", "", "internal error")
 }
@@ -95,11 +97,8 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error, extra map[st
 	if ae.Status >= 500 {
 		log.Error("request failed", "status", ae.Status, "err", err)
 	}
-	switch {
-	case ae.RetryAfter > 0:
+	if ae.RetryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfterSeconds(ae.RetryAfter))
-	case ae.Status == http.StatusServiceUnavailable:
-		w.Header().Set("Retry-After", "5") // a Redis restart or failover takes seconds
 	}
 	body := map[string]any{"error": ae}
 	for k, v := range extra {

@@ -153,16 +153,7 @@ func (s *clusterSuite) limit(t *testing.T) {
 	if len(a) != n {
 		t.Fatalf("%d deliveries, want %d", len(a), n)
 	}
-	// 20ms of slack covers the gap between the limiter's decision and the sink's clock.
-	const slack = 20 * time.Millisecond
-	for i := range a {
-		for j := i; j < len(a); j++ {
-			window := a[j].At.Sub(a[i].At) + slack
-			if allowed := burst + rate*window.Seconds(); float64(j-i+1) > allowed {
-				t.Fatalf("%d arrivals in %v (from #%d), the limit allows %.1f", j-i+1, window, i, allowed)
-			}
-		}
-	}
+	withinLimit(t, a, rate, burst, 20*time.Millisecond)
 	steady := float64(n-burst-1) / a[n-1].At.Sub(a[burst].At).Seconds()
 	if steady < rate*0.95 || steady > rate*1.05 {
 		t.Fatalf("steady rate %.2f/s, want within 5%% of %d/s", steady, rate)
@@ -175,40 +166,7 @@ func (s *clusterSuite) limit(t *testing.T) {
 // deadline, every event after it.
 func (s *clusterSuite) retryAfter(t *testing.T) {
 	b := s.on(t, worker.Config{})
-	var deadline, answered atomic.Pointer[time.Time]
-	sink := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
-		if n == 0 {
-			w.Header().Set("Retry-After", "2")
-			now := time.Now()
-			d := now.Add(2 * time.Second)
-			deadline.Store(&d)
-			w.WriteHeader(http.StatusTooManyRequests)
-			answered.Store(&now)
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // keep the others in flight
-	})
-	b.put(t, tasks.Subscriber{ID: "delta", URL: sink.URL, MaxInFlight: 4, Limit: limits.PerSecond(1000)})
-	const n = 12
-	for i := range n {
-		b.publish(t, fmt.Sprintf("e%02d", i), "t")
-	}
-	testkit.Eventually(t, 20*time.Second, "every event delivered", func() bool { return sink.Count() == n+1 })
-	// 50ms of grace: a request sent just before the 429 reached the worker
-	// can arrive just after the receiver answered it.
-	cutoff := answered.Load().Add(50 * time.Millisecond)
-	overlap, after := 0, 0
-	for _, a := range sink.Got()[1:] {
-		switch {
-		case a.At.Before(cutoff):
-			overlap++
-		case a.At.Before(*deadline.Load()):
-			t.Fatalf("%s arrived %v before the Retry-After deadline, %v after the 429", a.ID,
-				deadline.Load().Sub(a.At), a.At.Sub(*answered.Load()))
-		default:
-			after++
-		}
-	}
+	overlap, after := obeysRetryAfterInFlight(t, b, "delta", limits.PerSecond(1000))
 	if overlap > 3 || after == 0 {
 		t.Fatalf("%d requests overlapped the 429 (at most 3 others were in flight), %d came after its deadline", overlap, after)
 	}

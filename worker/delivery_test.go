@@ -74,17 +74,7 @@ func TestRateLimitHolds(t *testing.T) {
 	if len(a) != n {
 		t.Fatalf("%d deliveries, want %d", len(a), n)
 	}
-	// No window may hold more than burst + rate·t arrivals. 20ms of slack
-	// covers the gap between the limiter's decision and the sink's clock.
-	const slack = 20 * time.Millisecond
-	for i := range a {
-		for j := i; j < len(a); j++ {
-			window := a[j].At.Sub(a[i].At) + slack
-			if allowed := burst + rate*window.Seconds(); float64(j-i+1) > allowed {
-				t.Fatalf("%d arrivals in %v (from #%d), limit allows %.1f", j-i+1, window, i, allowed)
-			}
-		}
-	}
+	withinLimit(t, a, rate, burst, 20*time.Millisecond)
 	steady := float64(n-burst-1) / a[n-1].At.Sub(a[burst].At).Seconds()
 	if steady < rate*0.95 || steady > rate*1.05 {
 		t.Fatalf("steady rate %.2f/s, want within 5%% of %d/s", steady, rate)

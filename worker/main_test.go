@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,4 +149,39 @@ func (b *bundle) settled(t testing.TB) bool {
 		return false
 	}
 	return q.Pending+q.Active+q.Scheduled+q.Retry+q.Aggregating == 0
+}
+
+// withinLimit fails t if any window of arrivals (in arrival order) holds
+// more than burst + rate·(its span + slack); slack covers the gap between
+// the limiter's decision and the sink's clock.
+func withinLimit(t testing.TB, a []testkit.Arrival, rate float64, burst int, slack time.Duration) {
+	t.Helper()
+	for i := range a {
+		for j := i; j < len(a); j++ {
+			window := a[j].At.Sub(a[i].At) + slack
+			if allowed := float64(burst) + rate*window.Seconds(); float64(j-i+1) > allowed {
+				t.Fatalf("%d arrivals in %v (from #%d), the limit allows %.1f", j-i+1, window, i, allowed)
+			}
+		}
+	}
+}
+
+// infoInt is the whole-number field of the given INFO section of c.
+func infoInt(t testing.TB, c *redis.Client, section, field string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO %s: %s=%q: %v", section, field, v, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in INFO %s", field, section)
+	return 0
 }

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -79,19 +78,5 @@ func redisBytes(b *testing.B, size, n int) (pending, delivered float64) {
 }
 
 func usedMemory(b *testing.B, rdb *redis.Client) int64 {
-	info, err := rdb.Info(context.Background(), "memory").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return n
-		}
-	}
-	b.Fatal("no used_memory in INFO memory")
-	return 0
+	return infoInt(b, rdb, "memory", "used_memory")
 }

@@ -111,17 +111,8 @@ func limitsAcross(t *testing.T, cfg deploy.RedisConfig, procs int) {
 	if m := most.Load(); m != maxInFlight {
 		t.Errorf("%d requests in flight at most; want the cap, %d, reached (the answers after the 429 are slow) and never passed", m, maxInFlight)
 	}
-	// No window may hold more than burst + rate·t; 100ms of slack covers
-	// the gap between a limiter's decision and the arrival.
-	const slack = 100 * time.Millisecond
-	for i := range a {
-		for j := i; j < len(a); j++ {
-			window := a[j].At.Sub(a[i].At) + slack
-			if allowed := burst + rate*window.Seconds(); float64(j-i+1) > allowed {
-				t.Fatalf("%d arrivals in %v (from #%d), the limit allows %.1f", j-i+1, window, i, allowed)
-			}
-		}
-	}
+	// 100ms of slack: the processes share two cores with Redis and the sink.
+	withinLimit(t, a, rate, burst, 100*time.Millisecond)
 	// Before the 429: the steady rate, within 3%.
 	steady := float64(throttleAt-1-burst) / a[throttleAt-1].At.Sub(a[burst].At).Seconds()
 	if steady < rate*0.97 || steady > rate*1.03 {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -167,19 +165,7 @@ func plainClient(t *testing.T, addr string) *redis.Client {
 // serverPID is the process id a redis-server reports (INFO server).
 func serverPID(t *testing.T, c *redis.Client) int {
 	t.Helper()
-	info, err := c.Info(context.Background(), "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
-			if pid, err := strconv.Atoi(v); err == nil {
-				return pid
-			}
-		}
-	}
-	t.Fatalf("no process_id in INFO server: %q", info)
-	return 0
+	return int(infoInt(t, c, "server", "process_id"))
 }
 
 func countIn(m map[string]time.Time, ids []string) (n int) {

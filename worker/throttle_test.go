@@ -77,7 +77,20 @@ func TestRetryAfterWithManyInFlight(t *testing.T) {
 }
 
 func retryAfterInFlight(t *testing.T, lim limits.Limit) {
-	b := setup(t, worker.Config{})
+	overlap, after := obeysRetryAfterInFlight(t, setup(t, worker.Config{}), "s", lim)
+	if after == 0 {
+		t.Fatalf("every request overlapped the 429 (%d): the test proves nothing", overlap)
+	}
+	t.Logf("%d requests were in flight with the 429, %d waited for its deadline", overlap, after)
+}
+
+// obeysRetryAfterInFlight has subscriber id of b answer its first request
+// 429 with Retry-After: 2 while up to 3 others are in flight (each answer
+// takes 50ms), publishes 12 events, and fails if any request that left
+// after the 429 (50ms of grace) arrived before the deadline. It returns how
+// many arrived within the grace (overlap) and after the deadline.
+func obeysRetryAfterInFlight(t *testing.T, b *bundle, id string, lim limits.Limit) (overlap, after int) {
+	t.Helper()
 	var deadline, answered atomic.Pointer[time.Time]
 	s := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
 		if n == 0 {
@@ -91,7 +104,7 @@ func retryAfterInFlight(t *testing.T, lim limits.Limit) {
 		}
 		time.Sleep(50 * time.Millisecond) // keep the others in flight
 	})
-	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxInFlight: 4, Limit: lim})
+	b.put(t, tasks.Subscriber{ID: id, URL: s.URL, MaxInFlight: 4, Limit: lim})
 	const n = 12
 	for i := range n {
 		b.publish(t, fmt.Sprintf("e%02d", i), "t")
@@ -100,7 +113,6 @@ func retryAfterInFlight(t *testing.T, lim limits.Limit) {
 	// 50ms of grace: a request the worker sent just before the 429 reached
 	// it can arrive just after the receiver answered.
 	cutoff := answered.Load().Add(50 * time.Millisecond)
-	overlap, after := 0, 0
 	for _, a := range s.Got()[1:] {
 		switch {
 		case a.At.Before(cutoff):
@@ -112,8 +124,5 @@ func retryAfterInFlight(t *testing.T, lim limits.Limit) {
 			after++
 		}
 	}
-	if after == 0 {
-		t.Fatalf("every request overlapped the 429 (%d): the test proves nothing", overlap)
-	}
-	t.Logf("%d requests were in flight with the 429, %d waited for its deadline", overlap, after)
+	return overlap, after
 }

@@ -51,15 +51,7 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		// rate: 14 requests in 0.225s for 9.9).
 		Slack: 50 * time.Millisecond,
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sb strings.Builder
-	rep.Summary(&sb)
-	t.Log("\n" + sb.String())
+	rep := runLogged(t, 3*time.Minute, cfg)
 	if len(rep.Scenarios) != 3 {
 		t.Fatalf("%d scenario reports, want 3", len(rep.Scenarios))
 	}
@@ -215,4 +207,20 @@ func checkSpikePressure(t *testing.T, r *ScenarioReport) {
 	if !pushed {
 		t.Errorf("spike: no step expects a backlog beyond the capped subscriber's burst: %+v", r.Steps)
 	}
+}
+
+// runLogged runs cfg within timeout, logs its summary and returns its
+// report; a run that cannot start fails t.
+func runLogged(t *testing.T, timeout time.Duration, cfg Config) *Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rep, err := Run(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	rep.Summary(&sb)
+	t.Log("\n" + sb.String())
+	return rep
 }

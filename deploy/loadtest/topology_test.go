@@ -1,12 +1,10 @@
 package loadtest
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,15 +22,7 @@ func tinyThroughput(t *testing.T, cfg Config) (*Report, *ScenarioReport) {
 	cfg.Scenarios = []string{ScenarioThroughput}
 	cfg.Timeout = 60 * time.Second
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sb strings.Builder
-	rep.Summary(&sb)
-	t.Log("\n" + sb.String())
+	rep := runLogged(t, 2*time.Minute, cfg)
 	r := scenario(t, rep, ScenarioThroughput)
 	for _, f := range r.Failures {
 		t.Errorf("invariant broken: %s", f)
