@@ -100,6 +100,15 @@ type Admission struct {
 	CoolFor   time.Duration // the destination cools down this much longer
 	Busy      bool          // every in-flight slot is taken
 	Wait      time.Duration // rate limited beyond the reservation horizon: the next request may go then
+	// Held is how long the open breaker holds the task: its wake-up is
+	// booked (the breaker's cursor, the waiting index).
+	Held time.Duration
+	// Probe: admitted as the open breaker's one probe.
+	Probe bool
+	// Streak: admitted while the destination has failures in a row on
+	// record; an answer that is not a failure must end the streak
+	// (BreakerAnswered).
+	Streak bool
 }
 
 // Admitted reports whether the request may be sent now.
@@ -120,17 +129,27 @@ type AdmitRequest struct {
 	// rate-limited request gets a slot of its own ahead instead of a
 	// refusal. 0: admit now or refuse.
 	Reserve time.Duration
+	// Ramp is the slow start after the breaker closes (BreakerPolicy.Ramp).
+	Ramp time.Duration
 }
+
+// breakerMinHold is the shortest wait of a task the open breaker holds.
+const breakerMinHold = time.Second
 
 // KEYS: 1 gate record, 2 cooldown, 3 in-flight, 4 GCRA, 5 waiting.
 // ARGV: 1 generation ("" any), 2 token, 3 slot ttl ms, 4 max in-flight,
 // 5 burst, 6 rate, 7 period s, 8 reserve ms, 9 not-before Unix ms (0 none),
-// 10 waiting-index member.
-// Reply {code, detail}: 0 admitted now (an in-flight slot taken);
+// 10 waiting-index member, 11 slow-start ramp ms, 12 the shortest hold ms
+// of a task the breaker holds.
+// Reply {code, detail}: 0 admitted now (an in-flight slot taken; detail
+// "p": as the breaker's probe, "f": a streak of failures to end if it
+// succeeds);
 // 1 unknown subscriber or stale generation; 2 paused (reason); 3 cooling
 // down (ms left); 4 every slot busy; 5 rate limited (ms to wait); 6 not
 // before (ms left); 7 a rate-limit slot booked ahead (ms to wait; no
-// in-flight slot taken: Take takes one then).
+// in-flight slot taken: Take takes one then); 8 held by the open breaker
+// (ms until its wake-up, booked on the breaker's cursor and in the
+// waiting index).
 //
 // Every gate of a delivery in one round trip, checked in order (a request
 // booked ahead checks the in-flight slots later, with Take); a refusal
@@ -146,7 +165,7 @@ type AdmitRequest struct {
 // releases its slot, so no request can slip out after it. Expired slots (a
 // worker that died mid-request) are dropped first.
 var admitScript = redis.NewScript(`
-local rec = redis.call('HMGET', KEYS[1], 'gen', 'paused')
+local rec = redis.call('HMGET', KEYS[1], 'gen', 'paused', 'b_open', 'b_next', 'b_gap', 'b_probe', 'b_cur', 'b_ramp', 'b_fails')
 if not rec[1] or (ARGV[1] ~= '' and ARGV[1] ~= rec[1]) then return {1, ''} end
 if rec[2] then return {2, rec[2]} end
 local t = redis.call('TIME')
@@ -155,17 +174,33 @@ local nb = tonumber(ARGV[9])
 if nb > now_ms then return {6, string.format('%d', nb - now_ms)} end
 local cool = tonumber(redis.call('GET', KEYS[2]) or '0')
 if cool > now_ms then return {3, string.format('%d', cool - now_ms)} end
+local probe = false
+if rec[3] then
+  local nxt = tonumber(rec[4]) or 0
+  if nxt > now_ms or (tonumber(rec[6]) or 0) > now_ms then
+    local slot = math.max(tonumber(rec[7]) or 0, nxt, now_ms + tonumber(ARGV[12]))
+    redis.call('HSET', KEYS[1], 'b_cur', string.format('%d', slot + (tonumber(rec[5]) or 1000)))
+    redis.call('ZADD', KEYS[5], slot, ARGV[10])
+    return {8, string.format('%d', slot - now_ms)}
+  end
+  probe = true
+end
 
 local jan_1_2017 = 1483228800
 local now = (t[1] - jan_1_2017) + (t[2] / 1000000)
-local emission_interval = tonumber(ARGV[7]) / tonumber(ARGV[6])
-local burst_offset = emission_interval * tonumber(ARGV[5])
+local rate, burst = tonumber(ARGV[6]), tonumber(ARGV[5])
+if rec[8] then
+  local f = (now_ms - tonumber(rec[8])) / tonumber(ARGV[11])
+  if f >= 1 then redis.call('HDEL', KEYS[1], 'b_ramp') else rate, burst = rate * math.max(f, 0.1), 1 end
+end
+local emission_interval = tonumber(ARGV[7]) / rate
+local burst_offset = emission_interval * burst
 local tat = redis.call('GET', KEYS[4])
 if not tat then tat = now else tat = tonumber(tat) end
 tat = math.max(tat, now)
 local new_tat = tat + emission_interval
 local wait = new_tat - burst_offset - now
-if wait > 0 and wait * 1000 > tonumber(ARGV[8]) then return {5, string.format('%d', math.ceil(wait * 1000))} end
+if wait > 0 and (probe or wait * 1000 > tonumber(ARGV[8])) then return {5, string.format('%d', math.ceil(wait * 1000))} end
 if wait > 0 then
   redis.call('SET', KEYS[4], new_tat, 'EX', math.ceil(new_tat - now))
   redis.call('ZREM', KEYS[5], ARGV[10])
@@ -177,6 +212,11 @@ redis.call('SET', KEYS[4], new_tat, 'EX', math.ceil(new_tat - now))
 redis.call('ZREM', KEYS[5], ARGV[10])
 redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[3]), ARGV[2])
 redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) + 1000)
+if probe then
+  redis.call('HSET', KEYS[1], 'b_probe', string.format('%d', now_ms + tonumber(ARGV[3])))
+  return {0, 'p'}
+end
+if rec[9] then return {0, 'f'} end
 return {0, ''}`)
 
 // Admit runs every gate for one request to the subscriber of k in one
@@ -194,7 +234,8 @@ func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admissio
 	}
 	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Waiting}
 	res, err := g.comb.run(ctx, admitScript, keys, r.Gen, token, r.SlotTTL.Milliseconds(), r.MaxInFlight,
-		r.Limit.Burst, r.Limit.Rate, r.Limit.Period.Seconds(), r.Reserve.Milliseconds(), nb, r.Member)
+		r.Limit.Burst, r.Limit.Rate, r.Limit.Period.Seconds(), r.Reserve.Milliseconds(), nb, r.Member,
+		max(r.Ramp, time.Millisecond).Milliseconds(), breakerMinHold.Milliseconds())
 	if err != nil {
 		return Admission{}, err
 	}
@@ -206,7 +247,9 @@ func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admissio
 	}
 	switch code {
 	case 0:
-		return Admission{Token: token}, nil
+		return Admission{Token: token, Probe: detail == "p", Streak: detail == "f"}, nil
+	case 8:
+		return Admission{Held: ms()}, nil
 	case 7:
 		return Admission{SendIn: ms()}, nil
 	case 1:
@@ -270,9 +313,11 @@ func (g *Gates) Pause(ctx context.Context, k GateKeys, gen, reason string) error
 	return pauseScript.Run(ctx, g.rdb, []string{k.Record}, gen, reason, time.Now().UnixMilli()).Err()
 }
 
-// KEYS: 1 cooldown, 2 in-flight. ARGV: 1 token, 2 slot ttl ms, 3 max
-// in-flight. Reply {code, detail}: 0 slot taken; 3 cooling down (ms left);
-// 4 every slot busy.
+// KEYS: 1 cooldown, 2 in-flight, 3 gate record. ARGV: 1 token, 2 slot ttl
+// ms, 3 max in-flight. Reply {code, detail}: 0 slot taken (detail "f": a
+// streak of failures on record, as Admit); 3 cooling down (ms left); 4
+// every slot busy; 8 the breaker opened (ask Admit again: it holds the
+// task).
 //
 // For a request whose rate-limit slot Admit booked ahead, when its time has
 // come: a 429 that arrived meanwhile holds it too, and it takes an
@@ -282,10 +327,13 @@ local t = redis.call('TIME')
 local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
 local cool = tonumber(redis.call('GET', KEYS[1]) or '0')
 if cool > now_ms then return {3, string.format('%d', cool - now_ms)} end
+local b = redis.call('HMGET', KEYS[3], 'b_open', 'b_fails')
+if b[1] then return {8, ''} end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return {4, ''} end
 redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[2]), ARGV[1])
 redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + 1000)
+if b[2] then return {0, 'f'} end
 return {0, ''}`)
 
 // Take takes an in-flight slot for a request whose rate-limit slot Admit
@@ -296,7 +344,7 @@ func (g *Gates) Take(ctx context.Context, k GateKeys, maxInFlight int, ttl time.
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
-	res, err := g.comb.run(ctx, takeScript, []string{k.Cooldown, k.InFlight}, token, ttl.Milliseconds(), maxInFlight)
+	res, err := g.comb.run(ctx, takeScript, []string{k.Cooldown, k.InFlight, k.Record}, token, ttl.Milliseconds(), maxInFlight)
 	if err != nil {
 		return Admission{}, err
 	}
@@ -304,7 +352,9 @@ func (g *Gates) Take(ctx context.Context, k GateKeys, maxInFlight int, ttl time.
 	detail, _ := res[1].(string)
 	switch code {
 	case 0:
-		return Admission{Token: token}, nil
+		return Admission{Token: token, Streak: detail == "f"}, nil
+	case 8:
+		return Admission{Held: breakerMinHold}, nil // not booked: Admit books it
 	case 3:
 		n, _ := strconv.ParseInt(detail, 10, 64)
 		return Admission{CoolFor: time.Duration(n) * time.Millisecond}, nil

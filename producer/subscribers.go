@@ -380,6 +380,17 @@ func (p *Producer) resetPace(ctx context.Context, id string) error {
 	return nil
 }
 
+// WakeWaiting makes the subscriber's tasks parked in asynq's schedule due
+// now, as a resume does (the worker calls it when the destination's
+// breaker closes), and returns how many it woke.
+func (p *Producer) WakeWaiting(ctx context.Context, id string) (int, error) {
+	n, err := p.wake(ctx, id)
+	if err != nil {
+		return n, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return n, nil
+}
+
 // wake makes every task of the subscriber parked in asynq's schedule due
 // now, so that it passes the gates again under the current limit and pause,
 // and returns how many it woke. A task that is no longer parked (already

@@ -102,7 +102,9 @@ func (ns Keys) IndexKeyOf(filter string) string {
 // every delivery: "gen" (the generation: a new one each time the id is
 // created, so a deleted subscriber's queued tasks are never sent to a
 // re-created one), "paused" (the pause reason; absent: not paused),
-// "paused_at". Slot {<id>}. Owner: producer (creation, pause, resume,
+// "paused_at", and the circuit breaker's fields b_* (limits/breaker.go:
+// failures in a row, failing since, open since, next probe, gap, probe in
+// flight, held tasks' cursor, last error, slow start). Slot {<id>}. Owner: producer (creation, pause, resume,
 // deletion) and worker (410 Gone pauses). Lives until the subscriber is
 // deleted.
 func (ns Keys) Gate(id string) string { return ns.sub(id, "gate") }

@@ -186,6 +186,7 @@ func ValidateRegion(r string) error {
 const (
 	PauseOperator = "operator" // SetPaused, the API's pause
 	PauseGone     = "gone"     // the endpoint answered 410 Gone
+	PauseFailing  = "failing"  // disabled: the endpoint failed without a break for the breaker's DisableAfter
 )
 
 // ValidateURL accepts absolute http and https URLs with a host and no

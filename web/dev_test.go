@@ -35,12 +35,14 @@ func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 	})
 	c := cli.NewClient(m[1], m[2])
 
-	testkit.Eventually(t, 60*time.Second, "fast deliveries, 429s and dead letters", func() bool {
+	testkit.Eventually(t, 60*time.Second, "fast deliveries, 429s, dead letters and an open breaker", func() bool {
 		fast, err1 := c.Status(ctx, "demo-fast")
 		limited, err2 := c.Status(ctx, "demo-limited")
 		dead, err3 := c.DeadLetters(ctx, "demo-down", 0, "")
-		return err1 == nil && err2 == nil && err3 == nil && fast.Counts.Delivered == 20 &&
-			limited.Counts.Delivered >= 2 && limited.Counts.Deferred >= 1 && len(dead.DeadLetters) >= 1
+		down, err4 := c.Status(ctx, "demo-down")
+		return err1 == nil && err2 == nil && err3 == nil && err4 == nil && fast.Counts.Delivered == 20 &&
+			limited.Counts.Delivered >= 2 && limited.Counts.Deferred >= 1 && len(dead.DeadLetters) >= 1 &&
+			down.Breaker.State != "closed"
 	})
 	cancel()
 	select {

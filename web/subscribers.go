@@ -288,6 +288,36 @@ type Status struct {
 	CoolingUntil *time.Time `json:"cooling_until"` // null when not cooling down
 	InFlight     int64      `json:"in_flight"`
 	Counts       Counts     `json:"counts"`
+	Breaker      Breaker    `json:"breaker"`
+}
+
+// Breaker is the destination's circuit breaker (see limits.BreakerPolicy).
+// Times are null when they do not apply.
+type Breaker struct {
+	// State: "closed", "open" (events held, waiting for the next probe) or
+	// "probing" (open, the probe in flight).
+	State string `json:"state"`
+	// ConsecutiveFailures counts the endpoint failures in a row while closed.
+	ConsecutiveFailures int        `json:"consecutive_failures"`
+	FailingSince        *time.Time `json:"failing_since"`
+	OpenedAt            *time.Time `json:"opened_at"`
+	NextProbe           *time.Time `json:"next_probe"`
+	LastError           string     `json:"last_error,omitempty"`
+	LastErrorAt         *time.Time `json:"last_error_at"`
+	// SlowStartSince: closed since then, the rate still ramping up.
+	SlowStartSince *time.Time `json:"slow_start_since"`
+}
+
+func breakerView(b limits.Breaker) Breaker {
+	at := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		t = t.UTC()
+		return &t
+	}
+	return Breaker{State: b.State, ConsecutiveFailures: b.Failures, FailingSince: at(b.FailingSince), OpenedAt: at(b.OpenedAt),
+		NextProbe: at(b.NextProbe), LastError: b.LastError, LastErrorAt: at(b.LastErrorAt), SlowStartSince: at(b.RampingSince)}
 }
 
 // Counts: Retrying is live, the subscriber's tasks waiting in asynq's
@@ -315,8 +345,10 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	var cool *redis.StringCmd
 	var inflight, waiting *redis.IntCmd
 	var now *redis.TimeCmd
+	var rec *redis.MapStringStringCmd
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		cool = p.Get(ctx, k.Cooldown)
+		rec = p.HGetAll(ctx, k.Record)
 		now = p.Time(ctx) // cooldowns are kept in Redis' clock
 		inflight = s.gates.InFlightIn(ctx, p, k)
 		waiting = p.ZCard(ctx, k.Waiting)
@@ -329,6 +361,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 		st.CoolingUntil = &until
 	}
 	st.InFlight = inflight.Val()
+	st.Breaker = breakerView(limits.ReadBreaker(rec.Val(), now.Val()))
 	counts, err := worker.ReadStats(ctx, s.rdb, s.cfg.Namespace, sub.ID)
 	if err != nil {
 		return fail(err)

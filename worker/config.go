@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/limits"
 )
 
 // Version is sent in the User-Agent header.
@@ -92,6 +93,12 @@ type Config struct {
 	// deliveries this worker claims; "default" names subscribers without a
 	// region. Default: every region (and new ones as subscribers name them).
 	Regions []string
+	// Breaker is every destination's circuit breaker (see
+	// limits.BreakerPolicy): HOOKLANE_BREAKER_FAILURES (default 5 in a
+	// row), HOOKLANE_BREAKER_PROBE_GAP (1s), HOOKLANE_BREAKER_MAX_PROBE_GAP
+	// (5m), HOOKLANE_BREAKER_RAMP (10s), HOOKLANE_DISABLE_AFTER (24h; 0:
+	// never).
+	Breaker limits.BreakerPolicy
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -117,6 +124,7 @@ func (c Config) WithDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
 	c.ForwardInterval = cmp.Or(c.ForwardInterval, 250*time.Millisecond)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
+	c.Breaker = c.Breaker.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -167,6 +175,9 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("worker: MaxRetryAfter (HOOKLANE_MAX_RETRY_AFTER) must be at least 1s"))
 	case c.Shards < 0 || c.Shards > 256:
 		errs = append(errs, errors.New("worker: Shards (HOOKLANE_QUEUE_SHARDS) must be 0 (the namespace's) or 1-256"))
+	}
+	if err := c.Breaker.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("worker: %w", err))
 	}
 	for _, r := range c.Regions {
 		if r != tasks.DefaultRegion && tasks.ValidateRegion(r) != nil {
@@ -234,6 +245,11 @@ func FromEnv() (Config, error) {
 	durVar("HOOKLANE_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout, 0, false)
 	durVar("HOOKLANE_DEAD_LETTER_RETENTION", &c.DeadLetterRetention, 0, true) // 0: keep
 	intVar("HOOKLANE_QUEUE_SHARDS", &c.Shards)
+	intVar("HOOKLANE_BREAKER_FAILURES", &c.Breaker.Failures)
+	durVar("HOOKLANE_BREAKER_PROBE_GAP", &c.Breaker.ProbeGap, 0, false)
+	durVar("HOOKLANE_BREAKER_MAX_PROBE_GAP", &c.Breaker.MaxProbeGap, 0, false)
+	durVar("HOOKLANE_BREAKER_RAMP", &c.Breaker.Ramp, 0, false)
+	durVar("HOOKLANE_DISABLE_AFTER", &c.Breaker.DisableAfter, -1, true) // 0: never
 	if v := os.Getenv("HOOKLANE_REGIONS"); v != "" {
 		for _, r := range strings.Split(v, ",") {
 			if r = strings.TrimSpace(r); r != "" {

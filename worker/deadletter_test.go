@@ -76,7 +76,7 @@ func TestLedgerOutlivesArchiveTrim(t *testing.T) {
 	}
 	const n = 12_000
 	ctx := context.Background()
-	b := setup(t, worker.Config{})
+	b := setup(t, worker.Config{Breaker: noBreaker})
 	var healthy atomic.Bool
 	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
 		if !healthy.Load() {
@@ -181,7 +181,7 @@ func TestDeadLetterKeysLiveAsLongAsTheEntry(t *testing.T) {
 func TestDeadLetterPagesGoOnPastReplayed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, worker.Config{})
+	b := setup(t, worker.Config{Breaker: noBreaker})
 	var healthy atomic.Bool
 	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
 		if !healthy.Load() {
@@ -248,7 +248,7 @@ func TestDeadLetterPagesGoOnPastReplayed(t *testing.T) {
 func TestReplayIsBatchedAndResumable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, worker.Config{})
+	b := setup(t, worker.Config{Breaker: noBreaker})
 	var healthy atomic.Bool
 	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
 		if !healthy.Load() {

@@ -83,6 +83,8 @@ type handler struct {
 	recorder *recorder
 	log      *slog.Logger
 	stats    *Stats
+	prod     *producer.Producer // wakes held tasks, carries subscribers over
+	bg       background         // wake-ups after a breaker closes
 }
 
 // Result is what a delivered task's asynq result holds.
@@ -139,6 +141,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	resp := post(ctx, h.client, &sub, &d.Event, func(status int, hdr http.Header, at time.Time) {
 		h.throttledEarly(ctx, r, status, hdr.Get("Retry-After"), at)
 	})
+	h.breakerAfter(ctx, r, resp)
 	r.attempt = &tasks.Attempt{At: resp.received, Status: resp.status, RetryAfter: resp.retryAfter}
 	if resp.err != nil {
 		r.attempt.Error = resp.err.Error()
@@ -193,11 +196,7 @@ func (h *handler) subscriber(ctx context.Context, id string, legacy bool) (tasks
 // migrateOne carries subscriber id over from the release before's layout,
 // if it has it.
 func (h *handler) migrateOne(ctx context.Context, id string) error {
-	p, err := producer.New(&producer.Config{Redis: h.rdb, Namespace: h.cfg.Namespace, Logger: h.log})
-	if err != nil {
-		return err
-	}
-	_, err = p.MigrateSubscriber(ctx, id)
+	_, err := h.prod.MigrateSubscriber(ctx, id)
 	return err
 }
 
@@ -249,7 +248,7 @@ func jitter(d time.Duration) time.Duration { return d + rand.N(d/4+1) }
 func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, r *run) (string, error) {
 	maxWait := h.cfg.maxWait()
 	req := limits.AdmitRequest{Gen: d.Gen, Member: r.member, NotBefore: d.NotBefore, Limit: sub.Limit,
-		MaxInFlight: sub.MaxInFlight, SlotTTL: h.cfg.RequestTimeout + maxWait + 5*time.Second}
+		MaxInFlight: sub.MaxInFlight, SlotTTL: h.cfg.RequestTimeout + maxWait + 5*time.Second, Ramp: h.cfg.Breaker.Ramp}
 	if maxWait > 0 {
 		// Waiting for a slot of one's own, booked ahead, is bounded and keeps
 		// the destination at its rate: it takes no place in the busy lanes.
@@ -279,7 +278,12 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 		case err != nil:
 			return "", h.infra("admit", sub.ID, err)
 		case a.Admitted():
+			r.probe, r.streak = a.Probe, a.Streak
 			return a.Token, nil
+		case a.Held > 0 && reserved:
+			reserved = false // the breaker opened while it waited: Admit holds it
+		case a.Held > 0:
+			return "", h.heldByBreaker(d, r, a.Held)
 		case a.Reserved():
 			// A rate-limit slot of its own, a moment ahead: wait for it, then
 			// take an in-flight slot (Take), unless a 429 came in meanwhile.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
@@ -185,3 +186,7 @@ func infoInt(t testing.TB, c *redis.Client, section, field string) int64 {
 	t.Fatalf("no %s in INFO %s", field, section)
 	return 0
 }
+
+// noBreaker turns the circuit breaker off, for tests of many dead letters
+// from an endpoint that always fails (the breaker would hold them).
+var noBreaker = limits.BreakerPolicy{Failures: limits.BreakerOff}

@@ -22,6 +22,7 @@ const (
 	GateInFlight   = "in_flight"
 	GateRateLimit  = "rate_limit"
 	GateRetryAfter = "retry_after" // the endpoint answered 429/503 with Retry-After
+	GateBreaker    = "breaker"     // the destination's circuit breaker is open
 )
 
 // Dead-letter reasons.
@@ -74,6 +75,8 @@ type run struct {
 	attempt     *tasks.Attempt // the request this run made, if any
 	sub         string
 	token       string        // in-flight slot to release
+	probe       bool          // sent as the open breaker's probe
+	streak      bool          // sent while failures in a row were on record
 	delivered   bool          // 2xx
 	result      []byte        // the asynq task result of a delivery (Result JSON)
 	retried     int           // attempts spent before this run (asynq's count: lost leases included)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -58,6 +59,12 @@ func New(cfg Config) (*Worker, error) {
 		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.rdb), keys: keys, client: newHTTPClient(cfg),
 		room: newWaitRoom(cfg.MaxWaiters, cfg.MaxWaiting), subs: newSubCache(time.Second), log: cfg.Logger, stats: &w.stats,
 	}
+	var err error
+	if h.prod, err = producer.New(&producer.Config{Redis: w.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger}); err != nil {
+		w.closeRDB()
+		return nil, err
+	}
+	h.bg.init()
 	w.h = h
 	h.recorder = newRecorder(h)
 	w.recorder = h.recorder
@@ -90,6 +97,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	w.cfg.Logger.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
 	srvs.shutdown()
+	w.h.bg.stop()
 	w.recorder.close()
 	w.h.client.CloseIdleConnections()
 	if w.ownRDB {

@@ -85,15 +85,16 @@ func (r *Receiver) Close() error { r.down.Close(); return r.srv.Close() }
 
 // DemoSubscribers are the demo's three subscribers: one fast, one that
 // enforces its own lower limit with 429 + Retry-After (hooklane is told it
-// may send 10/s, so it finds out from the answers), one that is down and
-// dead-letters after 3 attempts.
+// may send 10/s, so it finds out from the answers), and one that is down:
+// the events that fail before its circuit breaker opens dead-letter (one
+// attempt each), the rest are held while the breaker probes.
 func DemoSubscribers(r *Receiver) map[string]web.SubscriberRequest {
 	return map[string]web.SubscriberRequest{
 		"demo-fast": {URL: r.URL + "/fast", EventTypes: []string{"demo.*"},
 			RateLimit: &web.RateLimit{Rate: 50, Burst: 50, Period: "1s"}},
 		"demo-limited": {URL: r.URL + "/limited", EventTypes: []string{"demo.*"},
 			RateLimit: &web.RateLimit{Rate: 10, Burst: 10, Period: "1s"}},
-		"demo-down": {URL: r.DownURL, EventTypes: []string{"demo.*"}, MaxAttempts: 3},
+		"demo-down": {URL: r.DownURL, EventTypes: []string{"demo.*"}, MaxAttempts: 1},
 	}
 }
 

@@ -152,7 +152,8 @@ func Run(ctx context.Context, o Options) error {
     CLI           HOOKLANE_API_TOKEN=%[2]s go run . subscribers status demo-limited
     metrics       curl -H 'Authorization: Bearer %[2]s' %[1]s/metrics
   Within a minute: demo-fast delivered, demo-limited retrying on its Retry-After,
-  demo-down in the dead letters (Archived tab). Ctrl-C stops everything.
+  demo-down's breaker open (subscribers status demo-down), its first events in
+  the dead letters (Archived tab), the rest held. Ctrl-C stops everything.
 
 `, base, token, "http://hooklane:"+token+"@"+ln.Addr().String()+"/monitoring/")
 	if o.Events > 0 {
@@ -187,6 +188,9 @@ func progress(ctx context.Context, c *cli.Client, out io.Writer, every time.Dura
 			line += fmt.Sprintf("  %s: %d delivered, %d retrying, %d dead", id, st.Counts.Delivered, st.Counts.Retrying, st.Counts.Dead)
 			if st.CoolingUntil != nil {
 				line += fmt.Sprintf(" (429: cooling %ds)", int(time.Until(*st.CoolingUntil).Seconds()+0.5))
+			}
+			if st.Breaker.State != "closed" {
+				line += " (breaker " + st.Breaker.State + ")"
 			}
 		}
 		if line != "" && line != last {

@@ -1,0 +1,103 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// endpointFailure reports whether an answer (or its absence) says the
+// endpoint itself is failing, which counts toward its breaker: no answer
+// (connection refused or reset, timeout, TLS), 408, or a 5xx without a
+// usable Retry-After. A 4xx is about one event, a 429 or a 503 with
+// Retry-After is the endpoint saying when to come back: neither opens it.
+func endpointFailure(resp response, r *run) bool {
+	if resp.err != nil {
+		return !errors.Is(resp.err, ErrForbiddenAddress)
+	}
+	return resp.status == http.StatusRequestTimeout || resp.status >= 500 && r.coolLocal.IsZero()
+}
+
+// breakerAfter records a request's outcome in its destination's breaker:
+// a failure counts (and may open it, or disable the subscriber); any other
+// answer ends a streak of failures, and closes an open breaker, waking the
+// tasks it held. A healthy destination's delivery writes nothing here.
+func (h *handler) breakerAfter(ctx context.Context, r *run, resp response) {
+	if ctx.Err() != nil {
+		return // shutting down: the request was cut short by us
+	}
+	ctx = context.WithoutCancel(ctx)
+	var change limits.BreakerChange
+	var since time.Time
+	var err error
+	switch {
+	case endpointFailure(resp, r):
+		change, since, err = h.gates.BreakerFailed(ctx, r.keys, r.d.Gen, h.cfg.Breaker, describe(resp), r.probe)
+	case r.probe || r.streak:
+		change, since, err = h.gates.BreakerAnswered(ctx, r.keys, r.d.Gen)
+	default:
+		return
+	}
+	log := h.log.With("subscriber_id", r.sub)
+	switch {
+	case err != nil:
+		log.Error("could not record the outcome in the circuit breaker", "err", err)
+	case change == limits.BreakerOpened:
+		log.Warn("circuit breaker opened: endpoint failing; its events are held, one probe at a time",
+			"failing_since", since, "last_error", describe(resp))
+	case change == limits.BreakerDisabled:
+		h.subs.forget(r.sub)
+		log.Warn("subscriber disabled: its endpoint has been failing without a break", "failing_since", since,
+			"disable_after", h.cfg.Breaker.DisableAfter, "reason", tasks.PauseFailing)
+	case change == limits.BreakerClosed:
+		log.Info("circuit breaker closed: endpoint recovered; waking its held events", "failing_since", since)
+		h.bg.goWake(h, r.sub)
+	}
+}
+
+// heldByBreaker defers a task the open breaker holds until the wake-up Admit
+// booked for it, or dead-letters it when that is past its retry horizon.
+func (h *handler) heldByBreaker(d *tasks.Delivery, r *run, in time.Duration) error {
+	until := time.Now().Add(in)
+	if until.After(d.ExpiresAt) {
+		return dead(DeadHorizon, "retry horizon %s passed while the circuit breaker held the destination (its endpoint failing)", stamp(d.ExpiresAt))
+	}
+	r.retryAt = time.Time{} // Admit listed it in the waiting index
+	return &limits.DeferredError{Until: until, Gate: GateBreaker,
+		Reason: "circuit breaker open: the endpoint is failing; held without spending an attempt until a probe succeeds (next look " + stamp(until) + ")"}
+}
+
+// background runs the wake-ups of held tasks after a breaker closes, so a
+// handler does not spend its slot on them; stop cancels and waits for
+// them.
+type background struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (b *background) init() { b.ctx, b.cancel = context.WithCancel(context.Background()) }
+
+func (b *background) stop() {
+	b.cancel()
+	b.wg.Wait()
+}
+
+func (b *background) goWake(h *handler, sub string) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		n, err := h.prod.WakeWaiting(b.ctx, sub)
+		if err != nil && b.ctx.Err() == nil {
+			// They wake by themselves at their booked wake-ups.
+			h.log.Warn("could not wake the events the breaker held", "subscriber_id", sub, "err", err)
+			return
+		}
+		h.log.Debug("woke the events the breaker held", "subscriber_id", sub, "woken", n)
+	}()
+}
