@@ -30,6 +30,12 @@ func (s *Server) api() http.Handler {
 	handle("GET /v1/dead-letters", s.listDeadLetters)
 	handle("POST /v1/dead-letters/replay", s.replay)
 	handle("DELETE /v1/dead-letters/{task_id}", s.deleteDeadLetter)
+	// routes serves GET before the token is checked; registered here too
+	// so that another method on it is a 405 like on any other endpoint.
+	handle("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) error {
+		serveOpenAPI(w, r)
+		return nil
+	})
 	// Everything else under /v1/ answers in JSON too: 405 when the path
 	// exists for another method, else 404.
 	handle("/v1/", func(w http.ResponseWriter, r *http.Request) error {

@@ -46,7 +46,7 @@ func TestAuthRefusedOnEveryProtectedPath(t *testing.T) {
 	}
 	for _, p := range paths {
 		for name, auth := range wrong {
-			r := b.callAuth(t, p.method, p.path, `{}`, auth)
+			r := b.callRaw(t, p.method, p.path, `{}`, auth)
 			if r.status != http.StatusUnauthorized || r.header.Get("WWW-Authenticate") == "" {
 				t.Errorf("%s %s, %s: %d; want 401 with WWW-Authenticate", p.method, p.path, name, r.status)
 				continue
@@ -95,6 +95,7 @@ func TestMetricsToken(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+tok)
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, req)
+		checkAnswer(t, req, rec.Code, rec.Header(), rec.Body.Bytes())
 		return rec.Code
 	}
 	if got := get("/metrics", "metrics-token-0123456789"); got != 200 {
@@ -150,6 +151,9 @@ func TestNoTokenServesLoopbackHostsOnly(t *testing.T) {
 		req.Host = host
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, req)
+		// Without credentials the request is off the contract (which asks
+		// for them); the answer is not.
+		checkAnswer(t, req, rec.Code, rec.Header(), rec.Body.Bytes())
 		if rec.Code != want {
 			t.Errorf("Host %s: %d, want %d", host, rec.Code, want)
 		}
@@ -186,7 +190,7 @@ func TestRedisDownIs503(t *testing.T) {
 		}
 	}
 	// Validation still answers first: a bad request is 422 even so.
-	if r := b.call(t, "PUT", "/v1/subscribers/s", `{"url":"ftp://a"}`); r.status != 422 {
+	if r := b.callRaw(t, "PUT", "/v1/subscribers/s", `{"url":"ftp://a"}`, bearer); r.status != 422 {
 		t.Errorf("invalid PUT with Redis down: %d", r.status)
 	}
 }
@@ -205,7 +209,7 @@ func TestServeStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
-	resp, err := http.Get("http://" + ln.Addr().String() + "/readyz")
+	resp, err := checkedClient(t).Get("http://" + ln.Addr().String() + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +249,7 @@ func TestReadinessFollowsRedis(t *testing.T) {
 	defer srv.Close()
 	defer s.Close()
 	status := func(path string) int {
-		resp, err := http.Get(srv.URL + path)
+		resp, err := checkedClient(t).Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
 		}

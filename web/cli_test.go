@@ -16,11 +16,25 @@ import (
 )
 
 // cli runs an operator command against b's server and decodes its output.
+// Its requests and their answers are validated against the contract.
 func (b *bundle) cli(t *testing.T, out any, args ...string) error {
 	t.Helper()
+	return b.runCLI(t, out, map[string]string{"HOOKLANE_URL": b.srv.URL, "HOOKLANE_API_TOKEN": token}, false, args...)
+}
+
+// cliRaw is cli for a command whose request is deliberately off the
+// contract (see callRaw): only the answer is validated.
+func (b *bundle) cliRaw(t *testing.T, env map[string]string, args ...string) error {
+	t.Helper()
+	return b.runCLI(t, nil, env, true, args...)
+}
+
+func (b *bundle) runCLI(t *testing.T, out any, env map[string]string, raw bool, args ...string) error {
+	t.Helper()
 	var buf bytes.Buffer
-	env := map[string]string{"HOOKLANE_URL": b.srv.URL, "HOOKLANE_API_TOKEN": token}
-	err := cli.Run(context.Background(), args, &buf, func(k string) string { return env[k] })
+	c := cli.FromEnv(func(k string) string { return env[k] })
+	c.HTTP.Transport = checked{t: t, next: b.srv.Client().Transport, raw: raw}
+	err := cli.RunWith(context.Background(), c, args, &buf)
 	if err == nil && out != nil {
 		if jerr := json.Unmarshal(buf.Bytes(), out); jerr != nil {
 			t.Fatalf("%v: output %q: %v", args, buf.String(), jerr)
@@ -81,7 +95,8 @@ func TestCLI(t *testing.T) {
 	if err := b.cli(t, nil, "subscribers", "get", "nobody"); !errors.As(err, &ae) || ae.Status != 404 || ae.Code != "unknown_subscriber" {
 		t.Fatalf("get unknown: %v", err)
 	}
-	if err := b.cli(t, nil, "subscribers", "put", "x", "-url", "ftp://x"); !errors.As(err, &ae) || ae.Field != "url" {
+	env := map[string]string{"HOOKLANE_URL": b.srv.URL, "HOOKLANE_API_TOKEN": token}
+	if err := b.cliRaw(t, env, "subscribers", "put", "x", "-url", "ftp://x"); !errors.As(err, &ae) || ae.Field != "url" {
 		t.Fatalf("put invalid: %v", err)
 	}
 	for _, args := range [][]string{{"subscribers"}, {"subscribers", "frob", "s"}, {"publish", "-nope"}, {"dead-letters"}, {"nothing"}} {
@@ -89,10 +104,7 @@ func TestCLI(t *testing.T) {
 			t.Errorf("%v: %v, want ErrUsage", args, err)
 		}
 	}
-	var buf bytes.Buffer
-	err := cli.Run(context.Background(), []string{"subscribers", "list"}, &buf, func(k string) string {
-		return map[string]string{"HOOKLANE_URL": b.srv.URL}[k]
-	})
+	err := b.cliRaw(t, map[string]string{"HOOKLANE_URL": b.srv.URL}, "subscribers", "list")
 	if !errors.As(err, &ae) || ae.Status != 401 || !strings.Contains(err.Error(), "unauthorized") {
 		t.Fatalf("without a token: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"regexp"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 		return m != nil
 	})
 	c := cli.NewClient(m[1], m[2])
+	c.HTTP.Transport = checked{t: t, next: http.DefaultTransport}
 
 	testkit.Eventually(t, 60*time.Second, "fast deliveries, 429s, dead letters and an open breaker", func() bool {
 		fast, err1 := c.Status(ctx, "demo-fast")

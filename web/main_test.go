@@ -106,13 +106,30 @@ func (r response) errorOf(t *testing.T) (code, field string) {
 }
 
 // call makes a request with the bearer token; body may be a string (sent
-// as is), nil, or a value sent as JSON.
+// as is), nil, or a value sent as JSON. The request and its answer are
+// validated against the contract (openapi.json).
 func (b *bundle) call(t *testing.T, method, path string, body any) response {
 	t.Helper()
-	return b.callAuth(t, method, path, body, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token) })
+	return b.callAuth(t, method, path, body, bearer)
 }
 
+func bearer(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token) }
+
+// callAuth is call with the credentials auth sets (none when nil).
 func (b *bundle) callAuth(t *testing.T, method, path string, body any, auth func(*http.Request)) response {
+	t.Helper()
+	return b.do(t, method, path, body, auth, false)
+}
+
+// callRaw is callAuth for a request deliberately off the contract:
+// malformed JSON, an unknown field, a value out of range, no credentials,
+// an undocumented path. Only its answer is validated.
+func (b *bundle) callRaw(t *testing.T, method, path string, body any, auth func(*http.Request)) response {
+	t.Helper()
+	return b.do(t, method, path, body, auth, true)
+}
+
+func (b *bundle) do(t *testing.T, method, path string, body any, auth func(*http.Request), raw bool) response {
 	t.Helper()
 	var rd io.Reader
 	switch v := body.(type) {
@@ -127,16 +144,27 @@ func (b *bundle) callAuth(t *testing.T, method, path string, body any, auth func
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if auth != nil {
 		auth(req)
 	}
-	resp, err := b.srv.Client().Do(req)
+	resp, err := b.client(t, raw).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
 	return response{status: resp.StatusCode, header: resp.Header, body: out}
+}
+
+// client is b's HTTP client, checking what it sends and gets against the
+// contract; raw: not what it sends (see callRaw).
+func (b *bundle) client(t testing.TB, raw bool) *http.Client {
+	c := *b.srv.Client()
+	c.Transport = checked{t: t, next: c.Transport, raw: raw}
+	return &c
 }
 
 func newServer(t *testing.T, h http.Handler) *httptest.Server {

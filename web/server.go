@@ -72,6 +72,8 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.Handle("GET /metrics", guard(s.cfg.MetricsToken, "Bearer", s.metricsHandler()))
+	// The API's contract is open: it describes the API, and holds no data.
+	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	mux.Handle("/v1/", guard(s.cfg.Token, "Bearer", s.api()))
 	// Basic, so that a browser asks for the token as a password.
 	mux.Handle("/monitoring/", guard(s.cfg.Token, "Basic", s.mon))

@@ -38,11 +38,21 @@ func IsCommand(name string) bool {
 // Run runs an operator command (see Usage) and writes the API's answer
 // to stdout as JSON. getenv reads HOOKLANE_URL, PORT and HOOKLANE_API_TOKEN.
 func Run(ctx context.Context, args []string, stdout io.Writer, getenv func(string) string) error {
+	return RunWith(ctx, FromEnv(getenv), args, stdout)
+}
+
+// FromEnv returns the Client of the API at HOOKLANE_URL (default
+// http://127.0.0.1:$PORT, PORT default 8080) with HOOKLANE_API_TOKEN.
+func FromEnv(getenv func(string) string) *Client {
 	base := getenv("HOOKLANE_URL")
 	if base == "" {
 		base = "http://127.0.0.1:" + cmp.Or(getenv("PORT"), "8080")
 	}
-	c := NewClient(base, getenv("HOOKLANE_API_TOKEN"))
+	return NewClient(base, getenv("HOOKLANE_API_TOKEN"))
+}
+
+// RunWith is Run through c.
+func RunWith(ctx context.Context, c *Client, args []string, stdout io.Writer) error {
 	out := func(v any, err error) error {
 		if err != nil {
 			return err
