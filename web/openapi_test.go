@@ -57,7 +57,8 @@ func TestContractCatchesMismatches(t *testing.T) {
 	c := theContract(t)
 	const sub = `{"id":"acme","url":"https://a.test/h","event_types":[],"rate_limit":{"rate":10,"burst":20,"period":"1s"},"max_in_flight":10,"paused":false}`
 	const status = `{"subscriber_id":"acme","paused":false,"rate_limit":{"rate":10,"burst":20,"period":"1s"},"max_in_flight":10,` +
-		`"cooling_until":%s,"in_flight":0,"counts":{"delivered":1,"retrying":0,"dead":0,"failed":0,"deferred":0}}`
+		`"cooling_until":%s,"in_flight":0,"counts":{"delivered":1,"retrying":0,"dead":0,"failed":0,"deferred":0},` +
+		`"breaker":{"state":"closed","consecutive_failures":0,"failing_since":null,"opened_at":null,"next_probe":null,"last_error_at":null,"slow_start_since":null}}`
 	jsonCT := http.Header{"Content-Type": {"application/json"}}
 	retry := http.Header{"Content-Type": {"application/json"}, "Retry-After": {"5"}}
 	for _, a := range []struct {
@@ -77,6 +78,7 @@ func TestContractCatchesMismatches(t *testing.T) {
 		{"cooling_until null", "GET", "/v1/subscribers/acme/status", 200, jsonCT, strings.Replace(status, "%s", "null", 1), true},
 		{"cooling_until a time", "GET", "/v1/subscribers/acme/status", 200, jsonCT, strings.Replace(status, "%s", `"2026-07-11T08:15:02Z"`, 1), true},
 		{"cooling_until a number", "GET", "/v1/subscribers/acme/status", 200, jsonCT, strings.Replace(status, "%s", "5", 1), false},
+		{"an unknown breaker state", "GET", "/v1/subscribers/acme/status", 200, jsonCT, strings.Replace(strings.Replace(status, "%s", "null", 1), `"closed"`, `"half-open"`, 1), false},
 		{"a 503", "GET", "/v1/subscribers", 503, retry, `{"error":{"code":"redis_unavailable","message":"down"}}`, true},
 		{"a 503 without Retry-After", "GET", "/v1/subscribers", 503, jsonCT, `{"error":{"code":"redis_unavailable","message":"down"}}`, false},
 		{"a 503 with another status's code", "GET", "/v1/subscribers", 503, retry, `{"error":{"code":"invalid","message":"down"}}`, false},
