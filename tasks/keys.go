@@ -24,8 +24,9 @@ import (
 //     cursor, the waiting index, counters and the dead letters with their
 //     attempts.
 //   - asynq keeps each queue in slot {<queue>} (asynq:{<queue>}:…).
-//   - The rest (global dead-letter index, global counters) has a slot of
-//     its own and is written apart, in an order that readers tolerate.
+//   - The rest (global dead-letter index, global counters, the totals
+//     and cooling set /metrics reads) has a slot of its own each and is
+//     written apart, in an order that readers tolerate.
 //
 // Lifetimes are named beside each key. "Owner" is who writes it.
 type Keys string
@@ -185,13 +186,13 @@ func (ns Keys) Counters() string { return string(ns) + ":counters" }
 func (ns Keys) Totals() string { return string(ns) + ":{" + string(ns) + ":totals}" }
 
 // Cooling is a sorted set of the subscribers whose destination was sent a
-// Retry-After cooldown (score: its end, Unix ms in Redis' clock, the
-// latest one), so /metrics counts the destinations cooling down now with
-// one ZCOUNT. The worker adds each process's new cooldowns with one ZADD
-// about once a second; the web trims the ended ones as it reads. An entry
-// may outlive its subscriber until its cooldown ends. Slot
-// {<ns>:cooling}. Owner: worker (adds), web (trims). Entries live until
-// their cooldown ends.
+// cooldown (a 429's Retry-After or backoff; score: its end, Unix ms in
+// Redis' clock, the latest one), so /metrics counts the destinations
+// cooling down now with one ZCOUNT. Each worker process adds its new
+// cooldowns with one script about once a second, which also drops the
+// ended ones. An entry may outlive its subscriber until its cooldown
+// ends. Slot {<ns>:cooling}. Owner: worker. Entries live until their
+// cooldown ends (and the next flush).
 func (ns Keys) Cooling() string { return string(ns) + ":{" + string(ns) + ":cooling}" }
 
 // MetricsIndex is a sorted set of the subscribers marked for per-subscriber

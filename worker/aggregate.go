@@ -109,7 +109,7 @@ func (t *totals) close() {
 }
 
 // flush writes what was summed since the last flush in one pipeline: one
-// HINCRBY per field that changed and one ZADD GT for the cooldowns. What
+// HINCRBY per field that changed and one script for the cooldowns. What
 // cannot be written is merged back for the next flush.
 func (t *totals) flush(ctx context.Context) {
 	t.mu.Lock()
@@ -129,11 +129,11 @@ func (t *totals) flush(ctx context.Context) {
 			p.HIncrBy(ctx, key, f, n)
 		}
 		if len(cool) > 0 {
-			zs := make([]redis.Z, 0, len(cool))
+			args := make([]any, 0, 2*len(cool))
 			for sub, ms := range cool {
-				zs = append(zs, redis.Z{Score: float64(ms), Member: sub})
+				args = append(args, sub, ms)
 			}
-			p.ZAddGT(ctx, t.keys.Cooling(), zs...)
+			coolingScript.Eval(ctx, p, []string{t.keys.Cooling()}, args...)
 		}
 		return nil
 	})
@@ -155,6 +155,18 @@ func (t *totals) flush(ctx context.Context) {
 	}
 	t.mu.Unlock()
 }
+
+// KEYS[1]: the cooling set. ARGV: subscriber, cooldown end (Unix ms, Redis'
+// clock), … Drops the cooldowns that have ended, then adds the ones given
+// that have not, each subscriber keeping its latest.
+var coolingScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for i = 1, #ARGV, 2 do
+  if tonumber(ARGV[i + 1]) > now then redis.call('ZADD', KEYS[1], 'GT', ARGV[i + 1], ARGV[i]) end
+end
+return 0`)
 
 // snapshot returns the sums not yet written (for tests).
 func (t *totals) snapshot() map[string]int64 {
