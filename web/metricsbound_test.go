@@ -224,3 +224,51 @@ func TestMetricsScrapeCostIndependentOfSubscribers(t *testing.T) {
 	}
 	t.Logf("a scrape: %d commands, %d of them about the 2 marked subscribers: %q", len(many), marked, many)
 }
+
+// HOOKLANE_METRICS_MAX_SUBSCRIBERS caps the marked subscribers that get
+// series of their own: the first ones by id; the gauge tells how many are
+// marked, so a cut is visible.
+func TestMetricsMaxSubscribers(t *testing.T) {
+	b := setup(t, nil)
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL},
+		Namespace: b.ns, Logger: quiet, MetricsMaxSubscribers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped := &bundle{ns: b.ns, srv: httptest.NewServer(s.Handler()), rdb: b.rdb, p: b.p, insp: b.insp}
+	t.Cleanup(func() { capped.srv.Close(); s.Close() })
+	for _, id := range []string{"e", "d", "c", "b", "a"} {
+		b.call(t, "PUT", "/v1/subscribers/"+id, map[string]any{"url": "https://a.test/h", "metrics": true})
+	}
+	b.call(t, "PUT", "/v1/subscribers/0-unmarked", map[string]any{"url": "https://a.test/h"})
+	fams := scrape(t, capped)
+	if got := labelValues(fams, "subscriber"); len(got) != 2 || !got["a"] || !got["b"] {
+		t.Fatalf("series for %v; want the first 2 marked by id (a, b)", got)
+	}
+	if v, _, _ := value(fams, "hooklane_metrics_marked_subscribers", nil); v != 5 {
+		t.Fatalf("hooklane_metrics_marked_subscribers = %v, want 5", v)
+	}
+	if v, _, _ := value(fams, "hooklane_metrics_max_subscribers", nil); v != 2 {
+		t.Fatalf("hooklane_metrics_max_subscribers = %v, want 2", v)
+	}
+	// The default server exports all five.
+	if got := labelValues(scrape(t, b), "subscriber"); len(got) != 5 {
+		t.Fatalf("series for %v with the default cap (100); want the 5 marked", got)
+	}
+}
+
+func TestFromEnvReadsTheMetricsCap(t *testing.T) {
+	for v, want := range map[string]int{"": 100, "7": 7, "0": -1, "1000": 1000} {
+		t.Setenv("HOOKLANE_METRICS_MAX_SUBSCRIBERS", v)
+		c, err := web.FromEnv()
+		if c = c.WithDefaults(); err != nil || c.MetricsMaxSubscribers != want {
+			t.Errorf("HOOKLANE_METRICS_MAX_SUBSCRIBERS=%q: %d, %v; want %d", v, c.MetricsMaxSubscribers, err, want)
+		}
+	}
+	for _, bad := range []string{"-1", "1001", "lots"} {
+		t.Setenv("HOOKLANE_METRICS_MAX_SUBSCRIBERS", bad)
+		if _, err := web.FromEnv(); err == nil || !strings.Contains(err.Error(), "HOOKLANE_METRICS_MAX_SUBSCRIBERS") {
+			t.Errorf("HOOKLANE_METRICS_MAX_SUBSCRIBERS=%s: %v; want an error naming it", bad, err)
+		}
+	}
+}
