@@ -42,14 +42,14 @@ type SubscriberRequest struct {
 	Region       string     `json:"region,omitempty"`
 	// Metrics marks the subscriber for series of its own in /metrics
 	// (absent: false; a PUT replaces it like the rest).
-	Metrics metricsMark `json:"metrics,omitempty"`
+	Metrics StrictBool `json:"metrics,omitempty"`
 }
 
-// metricsMark is SubscriberRequest.Metrics: true or false, anything else
-// a 422 naming the field (null: false).
-type metricsMark bool
+// StrictBool is SubscriberRequest.Metrics: true or false, anything else a
+// 422 naming the field (null: false).
+type StrictBool bool
 
-func (m *metricsMark) UnmarshalJSON(b []byte) error {
+func (m *StrictBool) UnmarshalJSON(b []byte) error {
 	switch string(b) {
 	case "true":
 		*m = true
