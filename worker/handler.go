@@ -83,8 +83,8 @@ type handler struct {
 	recorder *recorder
 	// totals sums the runs' counters for the namespace's aggregates.
 	totals *totals
-	log      *slog.Logger
-	stats    *Stats
+	log    *slog.Logger
+	stats  *Stats
 }
 
 // Result is what a delivered task's asynq result holds.
