@@ -308,9 +308,10 @@ redis.call('HSET', KEYS[1], 'paused', ARGV[2], 'paused_at', ARGV[3])
 return 1`)
 
 // Pause pauses the subscriber of k with reason, if gen is its generation
-// ("" any).
-func (g *Gates) Pause(ctx context.Context, k GateKeys, gen, reason string) error {
-	return pauseScript.Run(ctx, g.rdb, []string{k.Record}, gen, reason, time.Now().UnixMilli()).Err()
+// ("" any), and reports whether it did.
+func (g *Gates) Pause(ctx context.Context, k GateKeys, gen, reason string) (bool, error) {
+	n, err := pauseScript.Run(ctx, g.rdb, []string{k.Record}, gen, reason, time.Now().UnixMilli()).Int()
+	return n == 1, err
 }
 
 // KEYS: 1 cooldown, 2 in-flight, 3 gate record. ARGV: 1 token, 2 slot ttl

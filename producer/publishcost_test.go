@@ -1,16 +1,10 @@
 package producer_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"strings"
-	"sync"
 	"testing"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
@@ -43,7 +37,7 @@ func TestPublishReadsOnlyTheMatchingSubscribers(t *testing.T) {
 		}
 	}
 
-	lines := monitor(t, srv.Addr, func() {
+	lines := testkit.Monitor(t, srv.Addr, func() {
 		res, err := p.Publish(ctx, event("e1", "video.trending"), nil)
 		if err != nil || len(res.Targets) != 1 || res.Targets[0].SubscriberID != "match" {
 			t.Fatalf("publish: %+v, %v; want the one matching subscriber", res, err)
@@ -64,68 +58,4 @@ func TestPublishReadsOnlyTheMatchingSubscribers(t *testing.T) {
 	if !hmget {
 		t.Errorf("no HMGET of the matching subscriber's configuration among the %d commands seen: %q", len(lines), lines)
 	}
-}
-
-// monitor returns the commands Redis at addr ran while do ran (MONITOR's
-// lines, between two ECHO markers of its own).
-func monitor(t *testing.T, addr string, do func()) []string {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		lines []string
-		wg    sync.WaitGroup
-	)
-	wg.Go(func() {
-		sc := bufio.NewScanner(conn)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			mu.Lock()
-			lines = append(lines, sc.Text())
-			mu.Unlock()
-		}
-	})
-	defer func() { conn.Close(); wg.Wait() }()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	seen := func(marker string) func() bool {
-		return func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, l := range lines {
-				if strings.Contains(l, marker) {
-					return true
-				}
-			}
-			return false
-		}
-	}
-	testkit.Eventually(t, 5*time.Second, "MONITOR to start", func() bool {
-		c.Echo(context.Background(), "monitor-start")
-		return seen(`"monitor-start"`)()
-	})
-	do()
-	c.Echo(context.Background(), "monitor-end")
-	testkit.Eventually(t, 5*time.Second, "MONITOR to show the end marker", seen(`"monitor-end"`))
-	mu.Lock()
-	defer mu.Unlock()
-	var out []string
-	in := false
-	for _, l := range lines {
-		switch {
-		case strings.Contains(l, `"monitor-start"`):
-			in, out = true, nil
-		case strings.Contains(l, `"monitor-end"`):
-			return out
-		case in:
-			out = append(out, l)
-		}
-	}
-	return out
 }

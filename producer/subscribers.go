@@ -115,6 +115,11 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 				pl.HSet(ctx, p.keys.SubscriberConfigs(), id, b)
 				pl.Incr(ctx, p.keys.SubscriberVersion(id))
 				pl.ZAdd(ctx, p.keys.SubscriberIDs(), redis.Z{Member: id})
+				if next.Metrics {
+					pl.ZAdd(ctx, p.keys.MetricsIndex(), redis.Z{Member: id})
+				} else if ok && cur.Metrics {
+					pl.ZRem(ctx, p.keys.MetricsIndex(), id)
+				}
 				if next.Region != "" {
 					pl.SAdd(ctx, p.keys.Regions(), next.Region)
 				}
@@ -185,10 +190,23 @@ func (p *Producer) writeRecord(ctx context.Context, s tasks.Subscriber, pause bo
 		}
 		return nil
 	})
+	if err == nil && pause {
+		err = p.listPaused(ctx, s.ID, true)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	return nil
+}
+
+// listPaused adds subscriber id to the paused index, or removes it: only
+// /metrics' count reads it, the gate record holds the pause. Another slot
+// than the record's, so written just after it.
+func (p *Producer) listPaused(ctx context.Context, id string, paused bool) error {
+	if paused {
+		return p.rdb.SAdd(ctx, p.keys.PausedIndex(), id).Err()
+	}
+	return p.rdb.SRem(ctx, p.keys.PausedIndex(), id).Err()
 }
 
 // GetSubscriber returns ErrUnknownSubscriber when there is none with id.
@@ -318,6 +336,9 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 			pl.HDel(ctx, p.keys.SubscriberConfigs(), id)
 			pl.Incr(ctx, p.keys.SubscriberVersion(id))
 			pl.ZRem(ctx, p.keys.SubscriberIDs(), id)
+			pl.ZRem(ctx, p.keys.MetricsIndex(), id)
+			pl.SRem(ctx, p.keys.PausedIndex(), id)
+			pl.SRem(ctx, p.keys.OpenBreakers(), id)
 			for _, f := range filterKeys(p.keys, cur.EventTypes) {
 				pl.SRem(ctx, f, id)
 			}
@@ -355,9 +376,13 @@ func (p *Producer) SetPaused(ctx context.Context, id string, paused bool) error 
 	if paused {
 		err = p.rdb.HSet(ctx, rec, "paused", tasks.PauseOperator, "paused_at", p.nowFunc().UnixMilli()).Err()
 	} else {
-		if err = p.rdb.HDel(ctx, rec, "paused", "paused_at").Err(); err == nil {
-			_, err = p.wake(ctx, id)
-		}
+		err = p.rdb.HDel(ctx, rec, "paused", "paused_at").Err()
+	}
+	if err == nil {
+		err = p.listPaused(ctx, id, paused)
+	}
+	if err == nil && !paused {
+		_, err = p.wake(ctx, id)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)

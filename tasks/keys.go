@@ -24,8 +24,9 @@ import (
 //     cursor, the waiting index, counters and the dead letters with their
 //     attempts.
 //   - asynq keeps each queue in slot {<queue>} (asynq:{<queue>}:…).
-//   - The rest (global dead-letter index, global counters) has a slot of
-//     its own and is written apart, in an order that readers tolerate.
+//   - The rest (global dead-letter index, global counters, the totals
+//     and cooling set /metrics reads) has a slot of its own each and is
+//     written apart, in an order that readers tolerate.
 //
 // Lifetimes are named beside each key. "Owner" is who writes it.
 type Keys string
@@ -177,6 +178,46 @@ func (ns Keys) AllDeadIndex() string { return string(ns) + ":dead-letters" }
 // what no longer has a subscriber to count under. Its own slot. Owner:
 // worker. Lives forever.
 func (ns Keys) Counters() string { return string(ns) + ":counters" }
+
+// Totals is a hash of the counters of every subscriber together, with the
+// fields of Stats (see worker.ReadTotals): what /metrics exports without a
+// subscriber label, at a cost that does not grow with the subscribers.
+// Each worker process sums its runs' counts in memory and adds them here
+// about once a second, so a delivery costs no command of its own for it.
+// Slot {<ns>:totals}. Owner: worker. Lives forever.
+func (ns Keys) Totals() string { return string(ns) + ":{" + string(ns) + ":totals}" }
+
+// Cooling is a sorted set of the subscribers whose destination was sent a
+// cooldown (a 429's Retry-After or backoff; score: its end, Unix ms in
+// Redis' clock, the latest one), so /metrics counts the destinations
+// cooling down now with one ZCOUNT. Each worker process adds its new
+// cooldowns with one script about once a second, which also drops the
+// ended ones. An entry may outlive its subscriber until its cooldown
+// ends. Slot {<ns>:cooling}. Owner: worker. Entries live until their
+// cooldown ends (and the next flush).
+func (ns Keys) Cooling() string { return string(ns) + ":{" + string(ns) + ":cooling}" }
+
+// MetricsIndex is a sorted set of the subscribers marked for per-subscriber
+// series in /metrics (Subscriber.Metrics), all with score 0 so that the
+// scrape reads the first N by id with one ZRANGEBYLEX. Slot {<ns>:subs}:
+// changed in the transaction that writes the configuration. Owner:
+// producer. An entry lives while its subscriber is marked.
+func (ns Keys) MetricsIndex() string { return ns.dir("metrics") }
+
+// PausedIndex is the set of paused subscribers, for /metrics' count (one
+// SCARD). Slot {<ns>:subs}. Owner: producer (pause, resume, deletion,
+// migration) and worker (a 410 Gone pause); it is written just after the
+// gate record, which stays the truth a delivery reads: a crash between
+// the two leaves the count off until the next pause or resume of that
+// subscriber. An entry lives while its subscriber is paused.
+func (ns Keys) PausedIndex() string { return ns.dir("paused") }
+
+// OpenBreakers is the set of subscribers whose circuit breaker is open, for
+// /metrics' count (one SCARD). Slot {<ns>:subs}. Owner: worker (when a
+// breaker opens or closes, after the gate record, which stays the truth a
+// delivery reads), producer (deletion). An entry lives while the breaker is
+// open.
+func (ns Keys) OpenBreakers() string { return ns.dir("breakers_open") }
 
 // Lanes of delivery queues. A subscriber's new tasks go to the fresh lane
 // while it publishes no more than its fresh share per second; the rest,

@@ -53,6 +53,11 @@ type Subscriber struct {
 	// RetryHorizon overrides the producer's default (24h) for events
 	// published from now on.
 	RetryHorizon Duration `json:"retry_horizon,omitzero"`
+	// Metrics marks the subscriber for series of its own in /metrics (an
+	// operator's choice, for the few worth watching one by one; every
+	// subscriber counts in the aggregate series). The web process exports
+	// at most HOOKLANE_METRICS_MAX_SUBSCRIBERS of them.
+	Metrics bool `json:"metrics,omitempty"`
 }
 
 // RetiringSecret is a secret that signs until Until and then never again.

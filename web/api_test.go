@@ -44,8 +44,17 @@ func TestSubscriberEndpoints(t *testing.T) {
 	}
 
 	r = b.call(t, "GET", "/v1/subscribers/acme-crm", nil)
-	if r.status != 200 || strings.Contains(string(r.body), "whsec_") || r.json(t)["url"] != put["url"] {
+	if r.status != 200 || strings.Contains(string(r.body), "whsec_") || r.json(t)["url"] != put["url"] || r.json(t)["metrics"] != false {
 		t.Fatalf("get: %d %s", r.status, r.body)
+	}
+	// Marked for series of its own in /metrics, then unmarked by a PUT without it.
+	put["metrics"] = true
+	if r = b.call(t, "PUT", "/v1/subscribers/acme-crm", put); r.status != 200 || r.json(t)["metrics"] != true {
+		t.Fatalf("mark for metrics: %d %s", r.status, r.body)
+	}
+	delete(put, "metrics")
+	if r = b.call(t, "PUT", "/v1/subscribers/acme-crm", put); r.status != 200 || r.json(t)["metrics"] != false {
+		t.Fatalf("PUT without metrics: %d %s; want it unmarked", r.status, r.body)
 	}
 	b.call(t, "PUT", "/v1/subscribers/b", map[string]any{"url": "http://127.0.0.1:9/x"})
 	r = b.call(t, "GET", "/v1/subscribers", nil)
@@ -120,6 +129,8 @@ func TestValidationErrors(t *testing.T) {
 		{"zero rate", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":0,"burst":1,"period":"1s"}}`, 422, "invalid", "rate_limit.rate"},
 		{"bad period", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":1,"burst":1,"period":"soon"}}`, 422, "invalid", "rate_limit.period"},
 		{"bad filter", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","event_types":["*"]}`, 422, "invalid", "event_types"},
+		{"metrics not a boolean", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","metrics":"yes"}`, 422, "invalid", "metrics"},
+		{"metrics a number", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","metrics":1}`, 422, "invalid", "metrics"},
 		{"bad horizon", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","retry_horizon":"forever"}`, 422, "invalid", "retry_horizon"},
 		{"event without id", "POST", "/v1/events", `{"type":"t","data":{}}`, 422, "invalid", "id"},
 		{"event without data", "POST", "/v1/events", `{"id":"e1","type":"t"}`, 422, "invalid", "data"},

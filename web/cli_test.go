@@ -52,10 +52,10 @@ func TestCLI(t *testing.T) {
 	})
 	var sub web.Subscriber
 	if err := b.cli(t, &sub, "subscribers", "put", "s", "-url", s.URL, "-events", "video.*,billing.paid",
-		"-rate", "5", "-period", "1s", "-max-attempts", "1"); err != nil {
+		"-rate", "5", "-period", "1s", "-max-attempts", "1", "-metrics"); err != nil {
 		t.Fatal(err)
 	}
-	if len(sub.Secrets) != 1 || sub.RateLimit.Burst != 5 || len(sub.EventTypes) != 2 || sub.MaxAttempts != 1 {
+	if len(sub.Secrets) != 1 || sub.RateLimit.Burst != 5 || len(sub.EventTypes) != 2 || sub.MaxAttempts != 1 || !sub.Metrics {
 		t.Fatalf("put: %+v", sub)
 	}
 	var list []web.Subscriber

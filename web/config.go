@@ -41,6 +41,13 @@ type Config struct {
 	// 429 with a Retry-After); IngestBurst (HOOKLANE_INGEST_BURST) how many
 	// at once. Defaults 1,000/s and 2,000.
 	IngestRate, IngestBurst int
+	// MetricsMaxSubscribers (HOOKLANE_METRICS_MAX_SUBSCRIBERS) caps how
+	// many subscribers marked for metrics (Subscriber.Metrics) get series
+	// of their own in /metrics: the first ones by id, so that a mistake
+	// (marking every subscriber) cannot make a scrape cost more. Default
+	// 100, at most MaxMetricsSubscribers; negative (the variable set to 0):
+	// none.
+	MetricsMaxSubscribers int
 	// MaxBodyBytes caps a request body. Default 1 MiB: an event's data may
 	// be 256 KiB, and more once JSON-escaped.
 	MaxBodyBytes int64
@@ -50,6 +57,10 @@ type Config struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// MaxMetricsSubscribers is the most Config.MetricsMaxSubscribers may be:
+// about 30 series each, 30,000 at most.
+const MaxMetricsSubscribers = 1000
 
 // MinTokenLen is the shortest Token accepted.
 const MinTokenLen = 16
@@ -63,6 +74,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 1<<20)
 	c.IngestRate = cmp.Or(c.IngestRate, 1000)
 	c.IngestBurst = cmp.Or(c.IngestBurst, 2*c.IngestRate)
+	c.MetricsMaxSubscribers = cmp.Or(c.MetricsMaxSubscribers, 100)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -90,6 +102,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("web: MetricsToken (HOOKLANE_METRICS_TOKEN) must be at least %d characters", MinTokenLen)
 	case c.IngestRate < 1 || c.IngestBurst < 1:
 		return fmt.Errorf("web: IngestRate and IngestBurst (HOOKLANE_INGEST_RATE, _BURST) must be at least 1, not %d and %d", c.IngestRate, c.IngestBurst)
+	case c.MetricsMaxSubscribers > MaxMetricsSubscribers:
+		return fmt.Errorf("web: MetricsMaxSubscribers (HOOKLANE_METRICS_MAX_SUBSCRIBERS) must be at most %d, not %d", MaxMetricsSubscribers, c.MetricsMaxSubscribers)
 	case c.MaxBodyBytes < 64<<10:
 		return errors.New("web: MaxBodyBytes must be at least 64 KiB")
 	}
@@ -133,6 +147,17 @@ func FromEnv() (Config, error) {
 				continue
 			}
 			*dst = n
+		}
+	}
+	if v := os.Getenv("HOOKLANE_METRICS_MAX_SUBSCRIBERS"); v != "" {
+		n, perr := strconv.Atoi(v)
+		switch {
+		case perr != nil || n < 0 || n > MaxMetricsSubscribers:
+			err = errors.Join(err, fmt.Errorf("web: HOOKLANE_METRICS_MAX_SUBSCRIBERS=%q: want a whole number from 0 (none) to %d", v, MaxMetricsSubscribers))
+		case n == 0:
+			c.MetricsMaxSubscribers = -1
+		default:
+			c.MetricsMaxSubscribers = n
 		}
 	}
 	return c, err

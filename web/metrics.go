@@ -18,54 +18,35 @@ import (
 	"github.com/hooklane/hooklane/worker"
 )
 
-// metricsHandler serves asynq's queue collector, hooklane's per-subscriber
-// collector and the process's own Go metrics from one registry.
+// metricsHandler serves asynq's queue collector, hooklane's collector and
+// the process's own Go metrics from one registry.
 func (s *Server) metricsHandler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		metrics.NewQueueMetricsCollector(s.insp),
-		&subscriberCollector{s: s},
+		&hooklaneCollector{s: s},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc("hooklane_"+name, help, labels, nil)
-}
+// hooklaneCollector reads hooklane's state from Redis at scrape time, so
+// that any number of worker processes add up without a push gateway and a
+// restart loses nothing. A scrape's cost does not depend on the number of
+// subscribers: it reads the namespace's totals (worker.ReadTotals), a few
+// index cardinalities, the queues, and the counters of the subscribers
+// marked for metrics (Subscriber.Metrics), at most
+// Config.MetricsMaxSubscribers of them. It never lists the subscribers.
+type hooklaneCollector struct{ s *Server }
 
-var (
-	descUp         = desc("redis_up", "1 when the last scrape could read hooklane's state from Redis.")
-	descDeliveries = desc("deliveries_total", "Delivery task runs by outcome: delivered (2xx), failed (counted, will retry), deferred (not yet; no attempt spent), dead, infra_error (Redis trouble in a gate).", "subscriber", "outcome")
-	descResponses  = desc("responses_total", `Answers received from the endpoint by HTTP status; code "error" when the request got none (connect error, timeout).`, "subscriber", "code")
-	descThrottled  = desc("throttled_total", "429 Too Many Requests answers received from the endpoint.", "subscriber")
-	descDeferrals  = desc("deferrals_total", "Tasks rescheduled without spending an attempt, by the gate that deferred them.", "subscriber", "gate")
-	descDead       = desc("dead_letters_total", "Deliveries given up, by reason: attempts, horizon, gone, deleted, undecodable.", "subscriber", "reason")
-	descLatency    = desc("delivery_latency_seconds", "Publish to delivered (2xx received).", "subscriber")
-	descLateness   = desc("delivery_lateness_seconds", "Due (the later of publish and not-before) to delivered: how late a scheduled event arrived.", "subscriber")
-	descInFlight   = desc("in_flight", "Requests to the endpoint in flight now.", "subscriber")
-	descPaused     = desc("subscriber_paused", "1 when the subscriber is paused.", "subscriber")
-	descCooldown   = desc("cooldown_remaining_seconds", "Time until the destination's Retry-After cooldown ends; 0 when none.", "subscriber")
-	descOldest     = desc("oldest_eligible_task_age_seconds", "Age of the oldest task that is due and waiting for a worker (asynq queue latency).", "queue")
-	descRetryWait  = desc("retry_wait_tasks", "Tasks waiting in asynq's retry state: counted failures in backoff and deferrals waiting for a deadline.", "queue")
-	descScheduled  = desc("scheduled_tasks", "Tasks waiting for a not-before time or a pacing slot.", "queue")
-	descDropped    = desc("dropped_total", "Tasks dropped unsent, by reason: deleted (their subscriber was deleted or re-created since).", "reason")
-)
-
-// subscriberCollector reads each subscriber's counters (see worker.StatsKey)
-// from Redis at scrape time, so that any number of worker processes add up
-// without a push gateway and a restart loses nothing.
-type subscriberCollector struct{ s *Server }
-
-func (c *subscriberCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descDeliveries, descResponses, descThrottled, descDeferrals, descDead,
-		descLatency, descLateness, descInFlight, descPaused, descCooldown, descOldest, descRetryWait, descScheduled, descDropped} {
+func (c *hooklaneCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
 		ch <- d
 	}
 }
 
-func (c *subscriberCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *hooklaneCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	up := 1.0
@@ -76,23 +57,78 @@ func (c *subscriberCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up)
 }
 
-func (c *subscriberCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
+// KEYS[1]: the cooling set (tasks.Keys.Cooling). Reply: how many cooldowns
+// end after now, in Redis' clock.
+var coolingNowScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')`)
+
+func (c *hooklaneCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
 	s := c.s
-	subs, err := s.p.ListSubscribers(ctx)
+	keys := tasks.Keys(s.cfg.Namespace)
+	limit := int64(max(s.cfg.MetricsMaxSubscribers, 0))
+	var totals, counters *redis.MapStringStringCmd
+	var marked *redis.StringSliceCmd
+	var nMarked, nSubs, nPaused, nOpen *redis.IntCmd
+	var nCooling *redis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		totals = p.HGetAll(ctx, keys.Totals())
+		counters = p.HGetAll(ctx, keys.Counters())
+		nSubs = p.ZCard(ctx, keys.SubscriberIDs())
+		nPaused = p.SCard(ctx, keys.PausedIndex())
+		nOpen = p.SCard(ctx, keys.OpenBreakers())
+		nCooling = coolingNowScript.Eval(ctx, p, []string{keys.Cooling()})
+		nMarked = p.ZCard(ctx, keys.MetricsIndex())
+		if limit > 0 {
+			marked = p.ZRangeByLex(ctx, keys.MetricsIndex(), &redis.ZRangeBy{Min: "-", Max: "+", Count: limit})
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	stats := make([]*redis.MapStringStringCmd, len(subs))
-	inflight := make([]*redis.IntCmd, len(subs))
-	cool := make([]*redis.StringCmd, len(subs))
-	var timeCmd *redis.TimeCmd
+	emitCounts(ch, worker.ParseCounts(totals.Val()))
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(descSubscribers, float64(nSubs.Val()))
+	gauge(descPausedCount, float64(nPaused.Val()))
+	gauge(descOpenCount, float64(nOpen.Val()))
+	cooling, _ := nCooling.Int64()
+	gauge(descCoolingCount, float64(cooling))
+	gauge(descMarked, float64(nMarked.Val()))
+	gauge(descMaxMarked, float64(limit))
+	dropped := worker.ParseCounts(counters.Val())[worker.DroppedDeleted]
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(dropped), "deleted")
+	if marked != nil {
+		if err := c.collectMarked(ctx, ch, marked.Val()); err != nil {
+			return err
+		}
+	}
+	return c.collectQueues(ch, keys)
+}
+
+// collectMarked emits the series of the marked subscribers ids: four
+// commands each, in one pipeline.
+func (c *hooklaneCollector) collectMarked(ctx context.Context, ch chan<- prometheus.Metric, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	s := c.s
 	keys := tasks.Keys(s.cfg.Namespace)
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, sub := range subs {
-			k := keys.Gates(sub.ID)
-			stats[i] = p.HGetAll(ctx, keys.Stats(sub.ID))
+	stats := make([]*redis.MapStringStringCmd, len(ids))
+	inflight := make([]*redis.IntCmd, len(ids))
+	cool := make([]*redis.StringCmd, len(ids))
+	rec := make([]*redis.SliceCmd, len(ids))
+	var timeCmd *redis.TimeCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			k := keys.Gates(id)
+			stats[i] = p.HGetAll(ctx, keys.Stats(id))
 			inflight[i] = s.gates.InFlightIn(ctx, p, k)
 			cool[i] = p.Get(ctx, k.Cooldown)
+			rec[i] = p.HMGet(ctx, k.Record, "paused", "b_open", "b_probe")
 		}
 		timeCmd = p.Time(ctx) // cooldowns are kept in Redis' clock
 		return nil
@@ -101,45 +137,36 @@ func (c *subscriberCollector) collect(ctx context.Context, ch chan<- prometheus.
 		return err
 	}
 	now := timeCmd.Val()
-	for i, sub := range subs {
-		id := sub.ID
-		st := worker.ParseCounts(stats[i].Val())
-		counter := func(d *prometheus.Desc, v int64, labels ...string) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), append([]string{id}, labels...)...)
-		}
+	for i, id := range ids {
+		emitCounts(ch, worker.ParseCounts(stats[i].Val()), id)
 		gauge := func(d *prometheus.Desc, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, id)
 		}
-		var deferred, dead int64
-		for k, v := range st {
-			switch name, label, _ := strings.Cut(k, ":"); name {
-			case "deferred":
-				deferred += v
-				counter(descDeferrals, v, label)
-			case "dead":
-				dead += v
-				counter(descDead, v, label)
-			case "http":
-				counter(descResponses, v, label)
+		gauge(descInFlight, float64(inflight[i].Val()))
+		r := rec[i].Val()
+		gauge(descPaused, b2f(len(r) == 3 && r[0] != nil))
+		state := 0.0
+		if len(r) == 3 && r[1] != nil {
+			state = 1
+			if probe, _ := r[2].(string); limits.ParseCooldown(probe).After(now) {
+				state = 2 // the probe's slot is held until then, like a cooldown
 			}
 		}
-		counter(descDeliveries, st["delivered"], "delivered")
-		counter(descDeliveries, st["failed"], "failed")
-		counter(descDeliveries, st["infra_error"], "infra_error")
-		counter(descDeliveries, deferred, "deferred")
-		counter(descDeliveries, dead, "dead")
-		counter(descThrottled, st["http:429"])
-		ch <- histogram(descLatency, st, "e2e", id)
-		ch <- histogram(descLateness, st, "late", id)
-		gauge(descInFlight, float64(inflight[i].Val()))
-		gauge(descPaused, b2f(sub.Paused))
+		gauge(descBreaker, state)
 		remaining := 0.0
 		if until := limits.ParseCooldown(cool[i].Val()); until.After(now) {
 			remaining = until.Sub(now).Seconds()
 		}
 		gauge(descCooldown, remaining)
 	}
-	queues, err := s.insp.Queues()
+	return nil
+}
+
+// collectQueues emits the depth of the namespace's queues: the cost of a
+// scrape grows with the queues (lanes × shards × regions), not with the
+// subscribers.
+func (c *hooklaneCollector) collectQueues(ch chan<- prometheus.Metric, keys tasks.Keys) error {
+	queues, err := c.s.insp.Queues()
 	if err != nil {
 		return err
 	}
@@ -147,7 +174,7 @@ func (c *subscriberCollector) collect(ctx context.Context, ch chan<- prometheus.
 		if !keys.OwnsQueue(name) {
 			continue
 		}
-		q, err := s.insp.GetQueueInfo(name)
+		q, err := c.s.insp.GetQueueInfo(name)
 		if err != nil {
 			continue // gone since it was listed
 		}
@@ -155,17 +182,46 @@ func (c *subscriberCollector) collect(ctx context.Context, ch chan<- prometheus.
 		ch <- prometheus.MustNewConstMetric(descRetryWait, prometheus.GaugeValue, float64(q.Retry), name)
 		ch <- prometheus.MustNewConstMetric(descScheduled, prometheus.GaugeValue, float64(q.Scheduled), name)
 	}
-	counters, err := worker.ReadCounters(ctx, s.rdb, s.cfg.Namespace)
-	if err != nil {
-		return err
-	}
-	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(counters[worker.DroppedDeleted]), "deleted")
 	return nil
+}
+
+// emitCounts emits the counter series of one counters hash (worker.ReadStats'
+// fields): the namespace's totals without sub, one marked subscriber's
+// with it.
+func emitCounts(ch chan<- prometheus.Metric, st map[string]int64, sub ...string) {
+	d := aggregateDescs
+	if len(sub) > 0 {
+		d = subscriberDescs
+	}
+	counter := func(desc *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), append(sub[:len(sub):len(sub)], labels...)...)
+	}
+	var deferred, dead int64
+	for k, v := range st {
+		switch name, label, _ := strings.Cut(k, ":"); name {
+		case "deferred":
+			deferred += v
+			counter(d.deferrals, v, label)
+		case "dead":
+			dead += v
+			counter(d.dead, v, label)
+		case "http":
+			counter(d.responses, v, label)
+		}
+	}
+	counter(d.deliveries, st["delivered"], "delivered")
+	counter(d.deliveries, st["failed"], "failed")
+	counter(d.deliveries, st["infra_error"], "infra_error")
+	counter(d.deliveries, deferred, "deferred")
+	counter(d.deliveries, dead, "dead")
+	counter(d.throttled, st["http:429"])
+	ch <- histogram(d.latency, st, "e2e", sub...)
+	ch <- histogram(d.lateness, st, "late", sub...)
 }
 
 // histogram turns worker's per-bucket counts (not cumulative) into a
 // Prometheus histogram with worker.LatencyBuckets as upper bounds.
-func histogram(d *prometheus.Desc, st map[string]int64, h, sub string) prometheus.Metric {
+func histogram(d *prometheus.Desc, st map[string]int64, h string, labels ...string) prometheus.Metric {
 	buckets := make(map[float64]uint64, len(worker.LatencyBuckets))
 	var cum uint64
 	for _, le := range worker.LatencyBuckets {
@@ -174,7 +230,7 @@ func histogram(d *prometheus.Desc, st map[string]int64, h, sub string) prometheu
 	}
 	count := cum + uint64(max(st[h+":+Inf"], 0))
 	sum := float64(st[h+"_sum_ms"]) / 1000
-	return prometheus.MustNewConstHistogram(d, count, sum, buckets, sub)
+	return prometheus.MustNewConstHistogram(d, count, sum, buckets, labels...)
 }
 
 func b2f(b bool) float64 {

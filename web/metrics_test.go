@@ -74,9 +74,11 @@ func TestMetricsAfterDeliveries(t *testing.T) {
 		}
 	})
 	down := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusBadGateway) })
-	b.call(t, "PUT", "/v1/subscribers/fast", map[string]any{"url": fast.URL, "event_types": []string{"a"}})
-	b.call(t, "PUT", "/v1/subscribers/angry", map[string]any{"url": angry.URL, "event_types": []string{"b"}})
-	b.call(t, "PUT", "/v1/subscribers/down", map[string]any{"url": down.URL, "event_types": []string{"c"}, "max_attempts": 1})
+	// Marked for series of their own (metrics: true); every subscriber
+	// counts in the aggregate series.
+	b.call(t, "PUT", "/v1/subscribers/fast", map[string]any{"url": fast.URL, "event_types": []string{"a"}, "metrics": true})
+	b.call(t, "PUT", "/v1/subscribers/angry", map[string]any{"url": angry.URL, "event_types": []string{"b"}, "metrics": true})
+	b.call(t, "PUT", "/v1/subscribers/down", map[string]any{"url": down.URL, "event_types": []string{"c"}, "max_attempts": 1, "metrics": true})
 	for _, ev := range []string{`{"id":"1","type":"a","data":1}`, `{"id":"2","type":"a","data":1}`,
 		`{"id":"3","type":"b","data":1}`, `{"id":"4","type":"c","data":1}`} {
 		if r := b.call(t, "POST", "/v1/events", ev); r.status != 202 {
@@ -88,10 +90,12 @@ func TestMetricsAfterDeliveries(t *testing.T) {
 
 	testkit.Eventually(t, 20*time.Second, "every outcome counted", func() bool {
 		fams := scrape(t, b)
-		d, _, _ := value(fams, "hooklane_deliveries_total", map[string]string{"subscriber": "fast", "outcome": "delivered"})
-		a, _, _ := value(fams, "hooklane_deliveries_total", map[string]string{"subscriber": "angry", "outcome": "delivered"})
-		x, _, _ := value(fams, "hooklane_dead_letters_total", map[string]string{"subscriber": "down", "reason": "attempts"})
-		return d == 3 && a == 1 && x == 1
+		d, _, _ := value(fams, "hooklane_subscriber_deliveries_total", map[string]string{"subscriber": "fast", "outcome": "delivered"})
+		a, _, _ := value(fams, "hooklane_subscriber_deliveries_total", map[string]string{"subscriber": "angry", "outcome": "delivered"})
+		x, _, _ := value(fams, "hooklane_subscriber_dead_letters_total", map[string]string{"subscriber": "down", "reason": "attempts"})
+		all, _, _ := value(fams, "hooklane_deliveries_total", map[string]string{"outcome": "delivered"})
+		allDead, _, _ := value(fams, "hooklane_dead_letters_total", map[string]string{"reason": "attempts"})
+		return d == 3 && a == 1 && x == 1 && all == 4 && allDead == 1
 	})
 	fams := scrape(t, b)
 	keys := tasks.Keys(b.ns)
@@ -102,15 +106,24 @@ func TestMetricsAfterDeliveries(t *testing.T) {
 		min    float64
 	}{
 		{"hooklane_redis_up", nil, 1},
-		{"hooklane_throttled_total", map[string]string{"subscriber": "angry"}, 1},
-		{"hooklane_responses_total", map[string]string{"subscriber": "angry", "code": "429"}, 1},
-		{"hooklane_responses_total", map[string]string{"subscriber": "down", "code": "502"}, 1},
-		{"hooklane_deferrals_total", map[string]string{"subscriber": "angry", "gate": "retry_after"}, 1},
-		{"hooklane_deliveries_total", map[string]string{"subscriber": "angry", "outcome": "deferred"}, 1},
-		{"hooklane_deliveries_total", map[string]string{"subscriber": "down", "outcome": "dead"}, 1},
-		{"hooklane_dead_letters_total", map[string]string{"subscriber": "down", "reason": "attempts"}, 1},
-		{"hooklane_delivery_latency_seconds", map[string]string{"subscriber": "fast"}, 3},
-		{"hooklane_delivery_lateness_seconds", map[string]string{"subscriber": "fast"}, 3},
+		{"hooklane_subscriber_throttled_total", map[string]string{"subscriber": "angry"}, 1},
+		{"hooklane_subscriber_responses_total", map[string]string{"subscriber": "angry", "code": "429"}, 1},
+		{"hooklane_subscriber_responses_total", map[string]string{"subscriber": "down", "code": "502"}, 1},
+		{"hooklane_subscriber_deferrals_total", map[string]string{"subscriber": "angry", "gate": "retry_after"}, 1},
+		{"hooklane_subscriber_deliveries_total", map[string]string{"subscriber": "angry", "outcome": "deferred"}, 1},
+		{"hooklane_subscriber_deliveries_total", map[string]string{"subscriber": "down", "outcome": "dead"}, 1},
+		{"hooklane_subscriber_dead_letters_total", map[string]string{"subscriber": "down", "reason": "attempts"}, 1},
+		{"hooklane_subscriber_delivery_latency_seconds", map[string]string{"subscriber": "fast"}, 3},
+		{"hooklane_subscriber_delivery_lateness_seconds", map[string]string{"subscriber": "fast"}, 3},
+		{"hooklane_throttled_total", nil, 1},
+		{"hooklane_responses_total", map[string]string{"code": "429"}, 1},
+		{"hooklane_responses_total", map[string]string{"code": "502"}, 1},
+		{"hooklane_deferrals_total", map[string]string{"gate": "retry_after"}, 1},
+		{"hooklane_delivery_latency_seconds", nil, 4},
+		{"hooklane_delivery_lateness_seconds", nil, 4},
+		{"hooklane_subscribers", nil, 3},
+		{"hooklane_metrics_marked_subscribers", nil, 3},
+		{"hooklane_metrics_max_subscribers", nil, 100},
 		{"hooklane_in_flight", map[string]string{"subscriber": "fast"}, 0},
 		{"hooklane_subscriber_paused", map[string]string{"subscriber": "fast"}, 0},
 		{"hooklane_cooldown_remaining_seconds", map[string]string{"subscriber": "angry"}, 0},
@@ -129,7 +142,7 @@ func TestMetricsAfterDeliveries(t *testing.T) {
 		}
 	}
 	// The histogram's buckets are cumulative and end with all samples.
-	_, m, _ := value(fams, "hooklane_delivery_latency_seconds", map[string]string{"subscriber": "fast"})
+	_, m, _ := value(fams, "hooklane_subscriber_delivery_latency_seconds", map[string]string{"subscriber": "fast"})
 	h := m.GetHistogram()
 	var prev uint64
 	for _, bk := range h.Bucket {
@@ -142,7 +155,7 @@ func TestMetricsAfterDeliveries(t *testing.T) {
 		t.Fatalf("latency histogram %v", h)
 	}
 	// The event with a not-before second was late by under a second and a bit.
-	_, m, _ = value(fams, "hooklane_delivery_lateness_seconds", map[string]string{"subscriber": "fast"})
+	_, m, _ = value(fams, "hooklane_subscriber_delivery_lateness_seconds", map[string]string{"subscriber": "fast"})
 	if s := m.GetHistogram().GetSampleSum(); s > 10 {
 		t.Fatalf("lateness sum %vs for 3 deliveries", s)
 	}

@@ -40,6 +40,25 @@ type SubscriberRequest struct {
 	MaxAttempts  int        `json:"max_attempts,omitempty"`
 	RetryHorizon string     `json:"retry_horizon,omitempty"`
 	Region       string     `json:"region,omitempty"`
+	// Metrics marks the subscriber for series of its own in /metrics
+	// (absent: false; a PUT replaces it like the rest).
+	Metrics StrictBool `json:"metrics,omitempty"`
+}
+
+// StrictBool is SubscriberRequest.Metrics: true or false, anything else a
+// 422 naming the field (null: false).
+type StrictBool bool
+
+func (m *StrictBool) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "true":
+		*m = true
+	case "false", "null":
+		*m = false
+	default:
+		return &tasks.FieldError{Field: "metrics", Msg: "want true or false"}
+	}
+	return nil
 }
 
 // Subscriber is a subscriber as the API shows it. Secrets appear only in
@@ -57,6 +76,7 @@ type Subscriber struct {
 	MaxAttempts   int         `json:"max_attempts,omitempty"`
 	RetryHorizon  string      `json:"retry_horizon,omitempty"`
 	RetiringUntil []time.Time `json:"retiring_secrets_until,omitempty"`
+	Metrics       bool        `json:"metrics"` // marked for series of its own in /metrics
 	Secrets       []string    `json:"secrets,omitempty"`
 }
 
@@ -65,6 +85,7 @@ func view(s tasks.Subscriber) Subscriber {
 		ID: s.ID, URL: s.URL, EventTypes: s.EventTypes, MaxInFlight: s.MaxInFlight,
 		RateLimit: RateLimit{s.Limit.Rate, s.Limit.Burst, s.Limit.Period.String()},
 		Paused:    s.Paused, PauseReason: s.PauseReason, Region: s.Region, MaxAttempts: s.MaxAttempts,
+		Metrics: s.Metrics,
 	}
 	if !s.PausedAt.IsZero() {
 		at := s.PausedAt
@@ -92,6 +113,7 @@ func (r *SubscriberRequest) toTask(id string) (tasks.Subscriber, error) {
 	s := tasks.Subscriber{
 		ID: id, URL: r.URL, EventTypes: r.EventTypes, MaxInFlight: r.MaxInFlight, Secrets: r.Secrets,
 		Paused: r.Paused != nil && *r.Paused, MaxAttempts: r.MaxAttempts, Region: r.Region,
+		Metrics: bool(r.Metrics),
 	}
 	if r.MaxInFlight < 0 {
 		return s, apiErr(http.StatusUnprocessableEntity, "invalid", "max_in_flight", "want 1-10000")

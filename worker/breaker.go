@@ -50,13 +50,30 @@ func (h *handler) breakerAfter(ctx context.Context, r *run, resp response) {
 	case change == limits.BreakerOpened:
 		log.Warn("circuit breaker opened: endpoint failing; its events are held, one probe at a time",
 			"failing_since", since, "last_error", describe(resp))
+		h.index(ctx, h.keys.OpenBreakers(), r.sub, true)
 	case change == limits.BreakerDisabled:
 		h.subs.forget(r.sub)
 		log.Warn("subscriber disabled: its endpoint has been failing without a break", "failing_since", since,
 			"disable_after", h.cfg.Breaker.DisableAfter, "reason", tasks.PauseFailing)
+		h.index(ctx, h.keys.PausedIndex(), r.sub, true)
 	case change == limits.BreakerClosed:
 		log.Info("circuit breaker closed: endpoint recovered; waking its held events", "failing_since", since)
+		h.index(ctx, h.keys.OpenBreakers(), r.sub, false)
 		h.bg.goWake(h, r.sub)
+	}
+}
+
+// index adds sub to (or removes it from) a set /metrics counts; the gate
+// record, already written, stays the truth.
+func (h *handler) index(ctx context.Context, set, sub string, add bool) {
+	var err error
+	if add {
+		err = h.rdb.SAdd(ctx, set, sub).Err()
+	} else {
+		err = h.rdb.SRem(ctx, set, sub).Err()
+	}
+	if err != nil {
+		h.log.Warn("could not update an index of /metrics (counts only)", "set", set, "subscriber_id", sub, "err", err)
 	}
 }
 

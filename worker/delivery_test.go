@@ -274,6 +274,9 @@ func TestGoneDeadLettersAndPauses(t *testing.T) {
 	if err != nil || !sub.Paused || sub.PauseReason != tasks.PauseGone {
 		t.Fatalf("subscriber after 410: paused=%v reason %q, %v; want paused, reason gone", sub.Paused, sub.PauseReason, err)
 	}
+	if ok, err := b.rdb.SIsMember(context.Background(), tasks.Keys(b.ns).PausedIndex(), "s").Result(); err != nil || !ok {
+		t.Fatalf("subscriber paused by a 410 not in the paused index (metrics' count): %v, %v", ok, err)
+	}
 	if e := b.ledgerEntry(t, "s:e1"); e.Reason != worker.DeadGone || len(e.Attempts) != 1 || e.Attempts[0].Status != 410 {
 		t.Fatalf("ledger entry %+v; want reason gone with the 410", e)
 	}

@@ -81,10 +81,12 @@ type handler struct {
 	subs   *subCache
 	// recorder batches the writes that follow a run.
 	recorder *recorder
-	log      *slog.Logger
-	stats    *Stats
-	prod     *producer.Producer // wakes held tasks, carries subscribers over
-	bg       background         // wake-ups after a breaker closes
+	// totals sums the runs' counters for the namespace's aggregates.
+	totals *totals
+	log    *slog.Logger
+	stats  *Stats
+	prod   *producer.Producer // wakes held tasks, carries subscribers over
+	bg     background         // wake-ups after a breaker closes
 }
 
 // Result is what a delivered task's asynq result holds.
@@ -362,6 +364,7 @@ func (h *handler) throttledEarly(ctx context.Context, r *run, status int, retryA
 		return
 	}
 	r.coolUntil, r.coolLocal = until, time.Now().Add(left)
+	h.totals.cooling(r.sub, until)
 }
 
 // finish turns the endpoint's answer into the task's next state.
@@ -379,8 +382,13 @@ func (h *handler) finish(ctx context.Context, d *tasks.Delivery, sub *tasks.Subs
 		return dead(DeadRefused, "%s", what)
 	}
 	if resp.status == http.StatusGone {
-		if err := h.gates.Pause(context.WithoutCancel(ctx), r.keys, d.Gen, tasks.PauseGone); err != nil {
+		if paused, err := h.gates.Pause(context.WithoutCancel(ctx), r.keys, d.Gen, tasks.PauseGone); err != nil {
 			log.Error("could not pause subscriber after 410", "err", err)
+		} else if paused {
+			// For /metrics' paused count only: the gate record holds the pause.
+			if err := h.rdb.SAdd(context.WithoutCancel(ctx), h.keys.PausedIndex(), sub.ID).Err(); err != nil {
+				log.Warn("could not list the paused subscriber in the paused index (metrics only)", "err", err)
+			}
 		}
 		log.Warn("endpoint gone: subscriber paused, event dead-lettered")
 		return dead(DeadGone, "%s: subscriber paused", what)
@@ -412,8 +420,10 @@ func (h *handler) finish(ctx context.Context, d *tasks.Delivery, sub *tasks.Subs
 	if resp.status == http.StatusTooManyRequests {
 		// Throttled without a usable Retry-After: the local backoff cools
 		// the destination too.
-		if _, _, err := h.gates.Cooldown(ctx, r.keys, limits.RetryAfter{After: after}, h.cfg.MaxRetryAfter); err != nil {
+		if until, _, err := h.gates.Cooldown(ctx, r.keys, limits.RetryAfter{After: after}, h.cfg.MaxRetryAfter); err != nil {
 			log.Error("could not record cooldown", "err", err)
+		} else {
+			h.totals.cooling(r.sub, until)
 		}
 	}
 	log.Info("delivery failed, will retry", "reason", what, "retry_in", after)

@@ -43,11 +43,12 @@ func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields
 	}); perr != nil {
 		return perr
 	}
+	var incs []increment
 	_, perr := h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		if r.sub != "" {
 			// First, so that the ledger's own ttl (below) is the one kept
 			// on the attempt list, not a retrying task's.
-			h.count(ctx, p, r, fields, nil)
+			h.count(ctx, p, r, fields, direct(ctx, p, &incs))
 			h.gates.UnparkIn(ctx, p, r.keys, r.member)
 			h.leftFresh(ctx, p, r)
 		}
@@ -61,5 +62,15 @@ func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields
 		p.ZAdd(ctx, lk.Index, z)
 		return nil
 	})
-	return perr
+	if perr != nil {
+		return perr
+	}
+	if r.sub == "" {
+		// A payload that names no subscriber still counts in the totals.
+		for _, f := range fields {
+			h.totals.add(f, 1)
+		}
+	}
+	h.totals.addAll(incs)
+	return nil
 }

@@ -69,15 +69,19 @@ func (h *handler) record(ctx context.Context, r *run, err error) error {
 	if !h.recorder.add(x) {
 		// The recorder is closed or its queue is full (Redis slow): write
 		// this run's outcome here, so nothing waits on a lock.
+		var incs []increment
 		if _, perr := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			h.count(ctx, p, &x.r, x.fields, nil)
+			h.count(ctx, p, &x.r, x.fields, direct(ctx, p, &incs))
 			return nil
 		}); perr != nil {
 			h.stats.RecordErrors.Add(1)
 			h.log.Warn("could not record outcome; a lost slot release frees itself after its ttl",
 				"subscriber_id", r.sub, "task_id", r.taskID, "err", perr)
-		} else if r.token != "" {
-			h.room.released(r.sub)
+		} else {
+			h.totals.addAll(incs)
+			if r.token != "" {
+				h.room.released(r.sub)
+			}
 		}
 	}
 	return err
@@ -104,11 +108,8 @@ func (h *handler) recordDropped(ctx context.Context, r *run, err error) error {
 }
 
 // count queues the slot release, the attempt and the task result of run r
-// on p, and hands its counter increments to inc (nil: HINCRBY on p).
+// on p, and hands its counter increments to inc (see direct).
 func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields []string, inc func(key, field string, n int64)) {
-	if inc == nil {
-		inc = func(key, field string, n int64) { p.HIncrBy(ctx, key, field, n) }
-	}
 	if r.token != "" {
 		h.gates.ReleaseIn(ctx, p, r.keys, r.token)
 	}
@@ -149,6 +150,16 @@ func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields [
 		resultScript.Eval(ctx, p, []string{h.keys.AsynqTask(r.queue, r.taskID)}, r.result)
 		inc(key, "e2e_sum_ms", r.e2e.Milliseconds())
 		inc(key, "late_sum_ms", r.late.Milliseconds())
+	}
+}
+
+// direct is count's inc for a run written in a pipeline of its own, p:
+// HINCRBY on p, and each increment kept in *incs, for the namespace's
+// totals once p is in (h.totals.addAll).
+func direct(ctx context.Context, p redis.Pipeliner, incs *[]increment) func(key, field string, n int64) {
+	return func(key, field string, n int64) {
+		p.HIncrBy(ctx, key, field, n)
+		*incs = append(*incs, increment{key, field, n})
 	}
 }
 
@@ -293,17 +304,18 @@ func (rc *recorder) run() {
 }
 
 // write writes a batch in one pipeline and wakes the busy lanes whose slots
-// it released. Counter increments go to inc only once the batch is in.
+// it released. Counter increments go to inc, and to the namespace's
+// totals, only once the batch is in.
 func (rc *recorder) write(ctx context.Context, batch []recorded, inc func(key, field string, n int64)) bool {
 	if len(batch) == 0 {
 		return true
 	}
 	h := rc.h
-	var deferred [][3]any
+	var deferred []increment
 	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range batch {
 			h.count(ctx, p, &batch[i].r, batch[i].fields, func(key, field string, n int64) {
-				deferred = append(deferred, [3]any{key, field, n})
+				deferred = append(deferred, increment{key, field, n})
 			})
 		}
 		return nil
@@ -312,8 +324,9 @@ func (rc *recorder) write(ctx context.Context, batch []recorded, inc func(key, f
 		return false
 	}
 	for _, d := range deferred {
-		inc(d[0].(string), d[1].(string), d[2].(int64))
+		inc(d.key, d.field, d.n)
 	}
+	h.totals.addAll(deferred)
 	for i := range batch {
 		if batch[i].r.token != "" {
 			h.room.released(batch[i].r.sub)

@@ -22,6 +22,7 @@ type Worker struct {
 	ownRDB   bool
 	handler  asynq.Handler
 	recorder *recorder
+	totals   *totals
 	h        *handler
 	stats    Stats
 }
@@ -68,6 +69,8 @@ func New(cfg Config) (*Worker, error) {
 	w.h = h
 	h.recorder = newRecorder(h)
 	w.recorder = h.recorder
+	h.totals = newTotals(w.rdb, keys, cfg.Logger, &w.stats)
+	w.totals = h.totals
 	mux := asynq.NewServeMux()
 	mux.Handle(tasks.TypeDeliver, h)
 	w.handler = mux
@@ -79,6 +82,8 @@ func New(cfg Config) (*Worker, error) {
 // puts back the rest.
 func (w *Worker) Run(ctx context.Context) error {
 	w.warnAboutRedis(ctx)
+	go w.totals.run()
+	defer w.totals.close() // after the recorder's: its last batch adds to the totals
 	go w.recorder.run()
 	defer w.recorder.close() // before the Redis client closes: its last batch goes out
 	srvs, err := w.startServers(ctx)
@@ -99,6 +104,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	srvs.shutdown()
 	w.h.bg.stop()
 	w.recorder.close()
+	w.totals.close()
 	w.h.client.CloseIdleConnections()
 	if w.ownRDB {
 		return w.rdb.Close()

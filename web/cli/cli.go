@@ -22,7 +22,7 @@ const Usage = `operator commands (over the API at $HOOKLANE_URL, default http://
   hooklane publish -type T [-id ID] [-data JSON|@file] [-to SUBSCRIBER] [-not-before RFC3339|+DURATION]
   hooklane subscribers list
   hooklane subscribers get|status|delete|pause|resume ID
-  hooklane subscribers put ID -url URL [-events a,b.*] [-rate N -burst N -period 1s] [-max-in-flight N] [-max-attempts N] [-secret whsec_…]
+  hooklane subscribers put ID -url URL [-events a,b.*] [-rate N -burst N -period 1s] [-max-in-flight N] [-max-attempts N] [-secret whsec_…] [-metrics]
   hooklane subscribers rotate ID [-grace 24h]
   hooklane dead-letters list [-subscriber ID] [-limit N]
   hooklane dead-letters replay -subscriber ID | -id TASK_ID [-id …] | -all  [-since T] [-until T]`
@@ -169,12 +169,13 @@ func subscribersCLI(ctx context.Context, c *Client, args []string, out func(any,
 		period := fs.String("period", "1s", "period of the rate")
 		inflight := fs.Int("max-in-flight", 0, "concurrent requests (default 10)")
 		attempts := fs.Int("max-attempts", 0, "counted attempts before dead-lettering (default 8)")
+		metrics := fs.Bool("metrics", false, "series of its own in /metrics (the operator's few to watch)")
 		var secrets stringList
 		fs.Var(&secrets, "secret", "whsec_ secret (repeatable); default: keep, or generate for a new subscriber")
 		if err := fs.Parse(rest); err != nil || fs.NArg() != 0 {
 			return fmt.Errorf("%w: subscribers put: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
 		}
-		r := web.SubscriberRequest{URL: *u, MaxInFlight: *inflight, MaxAttempts: *attempts, Secrets: secrets}
+		r := web.SubscriberRequest{URL: *u, MaxInFlight: *inflight, MaxAttempts: *attempts, Secrets: secrets, Metrics: web.StrictBool(*metrics)}
 		if *events != "" {
 			r.EventTypes = strings.Split(*events, ",")
 		}
