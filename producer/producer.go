@@ -262,6 +262,23 @@ type PublishOpts struct {
 // says what happened to each. Calling Publish again with the same event is
 // safe: what was enqueued is reported as a duplicate.
 func (p *Producer) Publish(ctx context.Context, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
+	if tasks.IsOperatorType(ev.Type) {
+		return nil, &tasks.FieldError{Field: "type", Msg: "types starting with " + tasks.OperatorPrefix + " are hooklane's own events"}
+	}
+	return p.publish(ctx, ev, opts)
+}
+
+// PublishOperatorEvent publishes one of hooklane's own events (a type
+// starting with tasks.OperatorPrefix) to the subscribers that name it: the
+// worker reports breakers and dead letters this way.
+func (p *Producer) PublishOperatorEvent(ctx context.Context, ev tasks.Event) (*PublishResult, error) {
+	if !tasks.IsOperatorType(ev.Type) {
+		return nil, &tasks.FieldError{Field: "type", Msg: "an operator event's type starts with " + tasks.OperatorPrefix}
+	}
+	return p.publish(ctx, ev, nil)
+}
+
+func (p *Producer) publish(ctx context.Context, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
 	if err := p.checkEvent(&ev); err != nil {
 		return nil, err
 	}

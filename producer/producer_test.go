@@ -128,11 +128,15 @@ func TestValidationErrors(t *testing.T) {
 		{"no data", tasks.Event{ID: "e1", Type: "t"}, producer.ErrInvalid},
 		{"data not json", tasks.Event{ID: "e1", Type: "t", Data: json.RawMessage(`{`)}, producer.ErrInvalid},
 		{"oversized", tasks.Event{ID: "e1", Type: "t", Data: json.RawMessage(`"` + strings.Repeat("x", 256<<10) + `"`)}, producer.ErrPayloadTooLarge},
+		{"hooklane's own type", event("e1", tasks.OperatorFailing), producer.ErrInvalid},
 	}
 	for _, tt := range evTests {
 		if _, err := b.p.Publish(ctx, tt.ev, nil); !errors.Is(err, tt.want) {
 			t.Errorf("Publish %s: err = %v, want %v", tt.name, err, tt.want)
 		}
+	}
+	if _, err := b.p.PublishOperatorEvent(ctx, event("e1", "video.trending")); !errors.Is(err, producer.ErrInvalid) {
+		t.Errorf("PublishOperatorEvent of an app type: %v, want ErrInvalid", err)
 	}
 	if _, err := b.p.SendTo(ctx, "nobody", event("e1", "t"), nil); !errors.Is(err, producer.ErrUnknownSubscriber) {
 		t.Errorf("SendTo unknown: %v", err)

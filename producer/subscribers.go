@@ -354,7 +354,7 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 	}
 	k := p.keys.Gates(id)
 	_, err = p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
-		pl.Del(ctx, k.Record, p.keys.Stats(id))
+		pl.Del(ctx, k.Record, p.keys.Stats(id), p.keys.DeadBatch(id), p.keys.DeadBatchSample(id))
 		p.gates.Forget(ctx, pl, k)
 		return nil
 	})

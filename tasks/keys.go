@@ -81,7 +81,10 @@ func (ns Keys) AnyIndex() string { return ns.dir("any") }
 // IndexKeysFor are the index sets an event of type t is looked up in: its
 // exact type, every "<prefix>." it starts with, and AnyIndex.
 func (ns Keys) IndexKeysFor(t string) []string {
-	keys := []string{ns.TypeIndex(t), ns.AnyIndex()}
+	keys := []string{ns.TypeIndex(t)}
+	if !IsOperatorType(t) { // an unfiltered subscriber gets no operator event
+		keys = append(keys, ns.AnyIndex())
+	}
 	for i := 0; i < len(t); i++ {
 		if t[i] == '.' {
 			keys = append(keys, ns.PrefixIndex(t[:i+1]))
@@ -211,6 +214,24 @@ func (ns Keys) MetricsIndex() string { return ns.dir("metrics") }
 // the two leaves the count off until the next pause or resume of that
 // subscriber. An entry lives while its subscriber is paused.
 func (ns Keys) PausedIndex() string { return ns.dir("paused") }
+
+// DeadBatch is a hash of the dead letters not yet reported in a
+// hooklane.delivery.dead operator event: "n" (how many), "first" (Unix ms
+// of the first: it names the event, so a report sent twice is one event),
+// "last_sent" (Unix ms of the last report). Slot {<id>}. Owner: worker.
+// Lives until its subscriber is deleted.
+func (ns Keys) DeadBatch(id string) string { return ns.sub(id, "opsdead") }
+
+// DeadBatchSample is a list of up to 20 "<event id> <reason>" of the
+// unreported dead letters. Slot {<id>}. Owner: worker. Emptied by each
+// report.
+func (ns Keys) DeadBatchSample(id string) string { return ns.sub(id, "opsdead:ids") }
+
+// DeadReportsDue is a sorted set: subscriber id → when (Unix ms) its dead
+// letters are due to be reported. Slot {<ns>:ops}, written after the
+// batch (a lost entry is written again by the next dead letter). Owner:
+// worker. An entry lives until a worker claims it (ZREM).
+func (ns Keys) DeadReportsDue() string { return string(ns) + ":{" + string(ns) + ":ops}:deaddue" }
 
 // OpenBreakers is the set of subscribers whose circuit breaker is open, for
 // /metrics' count (one SCARD). Slot {<ns>:subs}. Owner: worker (when a

@@ -238,10 +238,12 @@ func NewSecret() (string, error) {
 	return "whsec_" + base64.StdEncoding.EncodeToString(b[:]), nil
 }
 
-// Matches reports whether the subscriber wants events of type t.
+// Matches reports whether the subscriber wants events of type t. Without
+// a filter it wants every type but hooklane's operator events
+// (OperatorPrefix), which go only to those that name them.
 func (s *Subscriber) Matches(t string) bool {
 	if len(s.EventTypes) == 0 {
-		return true
+		return !IsOperatorType(t)
 	}
 	for _, p := range s.EventTypes {
 		if p == t {

@@ -44,6 +44,25 @@ func invalid(field, format string, args ...any) error {
 }
 
 // Validate checks the event's id, type and data (not its size: see MaxDataSize).
+// OperatorPrefix starts the types of hooklane's own events: operator
+// events (the Operator* types) and the test ping. Apps may not publish
+// them; subscribers get them only by naming them in their filter
+// ("hooklane.*" or a type).
+const OperatorPrefix = "hooklane."
+
+// Operator event types: a destination's breaker opened (failing), closed
+// (recovered), it was disabled after failing without a break, and dead
+// letters (batched, at most one event per subscriber per minute).
+const (
+	OperatorFailing   = "hooklane.subscriber.failing"
+	OperatorRecovered = "hooklane.subscriber.recovered"
+	OperatorDisabled  = "hooklane.subscriber.disabled"
+	OperatorDead      = "hooklane.delivery.dead"
+)
+
+// IsOperatorType reports whether t is one of hooklane's own types.
+func IsOperatorType(t string) bool { return strings.HasPrefix(t, OperatorPrefix) }
+
 func (e *Event) Validate() error {
 	if err := ValidateEventID(e.ID); err != nil {
 		return err

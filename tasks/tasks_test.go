@@ -24,12 +24,29 @@ func TestMatches(t *testing.T) {
 		{[]string{"video.*"}, "video", false},
 		{[]string{"video.*"}, "videos.x", false},
 		{[]string{"a", "video.*"}, "video.x.y", true},
+		// Operator events go only to those that name them.
+		{nil, OperatorFailing, false},
+		{[]string{"hooklane.*"}, OperatorFailing, true},
+		{[]string{OperatorDead}, OperatorDead, true},
+		{[]string{OperatorDead}, OperatorFailing, false},
 	}
 	for _, tt := range tests {
 		s := Subscriber{EventTypes: tt.filter}
 		if got := s.Matches(tt.typ); got != tt.want {
 			t.Errorf("filter %v, type %q: %v, want %v", tt.filter, tt.typ, got, tt.want)
 		}
+	}
+}
+
+func TestOperatorTypesAreNotLookedUpInTheUnfilteredIndex(t *testing.T) {
+	ns := Keys("n")
+	for _, k := range ns.IndexKeysFor(OperatorRecovered) {
+		if k == ns.AnyIndex() {
+			t.Fatalf("%s is looked up in the index of unfiltered subscribers", OperatorRecovered)
+		}
+	}
+	if keys := ns.IndexKeysFor("video.x"); len(keys) != 3 || keys[1] != ns.AnyIndex() {
+		t.Fatalf("an app type's index keys %v: want its type, the unfiltered index and its prefix", keys)
 	}
 }
 

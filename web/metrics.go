@@ -99,8 +99,11 @@ func (c *hooklaneCollector) collect(ctx context.Context, ch chan<- prometheus.Me
 	gauge(descCoolingCount, float64(cooling))
 	gauge(descMarked, float64(nMarked.Val()))
 	gauge(descMaxMarked, float64(limit))
-	dropped := worker.ParseCounts(counters.Val())[worker.DroppedDeleted]
-	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(dropped), "deleted")
+	cs := worker.ParseCounts(counters.Val())
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(cs[worker.DroppedDeleted]), "deleted")
+	for _, typ := range []string{tasks.OperatorFailing, tasks.OperatorRecovered, tasks.OperatorDisabled, tasks.OperatorDead} {
+		ch <- prometheus.MustNewConstMetric(descOperator, prometheus.CounterValue, float64(cs["ops:"+typ]), typ)
+	}
 	if marked != nil {
 		if err := c.collectMarked(ctx, ch, marked.Val()); err != nil {
 			return err

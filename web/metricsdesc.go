@@ -47,6 +47,7 @@ var (
 	descOldest       = desc("oldest_eligible_task_age_seconds", "Age of the oldest task that is due and waiting for a worker (asynq queue latency).", "queue")
 	descRetryWait    = desc("retry_wait_tasks", "Tasks waiting in asynq's retry state: counted failures in backoff and deferrals waiting for a deadline.", "queue")
 	descScheduled    = desc("scheduled_tasks", "Tasks waiting for a not-before time or a pacing slot.", "queue")
+	descOperator     = desc("operator_events_total", "Operator events published (hooklane.subscriber.failing, .recovered, .disabled, hooklane.delivery.dead), by type.", "type")
 	descDropped      = desc("dropped_total", "Tasks dropped unsent, by reason: deleted (their subscriber was deleted or re-created since).", "reason")
 )
 
@@ -56,5 +57,5 @@ var allDescs = []*prometheus.Desc{
 	subscriberDescs.deliveries, subscriberDescs.responses, subscriberDescs.throttled, subscriberDescs.deferrals,
 	subscriberDescs.dead, subscriberDescs.latency, subscriberDescs.lateness,
 	descUp, descSubscribers, descPausedCount, descCoolingCount, descOpenCount, descMarked, descMaxMarked,
-	descInFlight, descPaused, descBreaker, descCooldown, descOldest, descRetryWait, descScheduled, descDropped,
+	descInFlight, descPaused, descBreaker, descCooldown, descOldest, descRetryWait, descScheduled, descDropped, descOperator,
 }

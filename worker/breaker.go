@@ -51,14 +51,17 @@ func (h *handler) breakerAfter(ctx context.Context, r *run, resp response) {
 		log.Warn("circuit breaker opened: endpoint failing; its events are held, one probe at a time",
 			"failing_since", since, "last_error", describe(resp))
 		h.index(ctx, h.keys.OpenBreakers(), r.sub, true)
+		h.breakerEvent(ctx, tasks.OperatorFailing, r.sub, since, time.Now(), describe(resp), "")
 	case change == limits.BreakerDisabled:
 		h.subs.forget(r.sub)
 		log.Warn("subscriber disabled: its endpoint has been failing without a break", "failing_since", since,
 			"disable_after", h.cfg.Breaker.DisableAfter, "reason", tasks.PauseFailing)
 		h.index(ctx, h.keys.PausedIndex(), r.sub, true)
+		h.breakerEvent(ctx, tasks.OperatorDisabled, r.sub, since, time.Now(), describe(resp), tasks.PauseFailing)
 	case change == limits.BreakerClosed:
 		log.Info("circuit breaker closed: endpoint recovered; waking its held events", "failing_since", since)
 		h.index(ctx, h.keys.OpenBreakers(), r.sub, false)
+		h.breakerEvent(ctx, tasks.OperatorRecovered, r.sub, since, time.Now(), "", "")
 		h.bg.goWake(h, r.sub)
 	}
 }
@@ -89,9 +92,9 @@ func (h *handler) heldByBreaker(d *tasks.Delivery, r *run, in time.Duration) err
 		Reason: "circuit breaker open: the endpoint is failing; held without spending an attempt until a probe succeeds (next look " + stamp(until) + ")"}
 }
 
-// background runs the wake-ups of held tasks after a breaker closes, so a
-// handler does not spend its slot on them; stop cancels and waits for
-// them.
+// background runs the wake-ups of held tasks after a breaker closes (so a
+// handler does not spend its slot on them) and the dead-letter reports;
+// stop cancels and waits for them.
 type background struct {
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -103,6 +106,15 @@ func (b *background) init() { b.ctx, b.cancel = context.WithCancel(context.Backg
 func (b *background) stop() {
 	b.cancel()
 	b.wg.Wait()
+}
+
+// goDeadReports runs h's dead-letter reports until stop.
+func (b *background) goDeadReports(h *handler) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		h.runDeadReports(b.ctx)
+	}()
 }
 
 func (b *background) goWake(h *handler, sub string) {

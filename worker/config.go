@@ -99,6 +99,10 @@ type Config struct {
 	// (5m), HOOKLANE_BREAKER_RAMP (10s), HOOKLANE_DISABLE_AFTER (24h; 0:
 	// never).
 	Breaker limits.BreakerPolicy
+	// DeadReportEvery (HOOKLANE_DEAD_REPORT_EVERY) is the least time
+	// between two hooklane.delivery.dead operator events of one
+	// subscriber. Default 1m.
+	DeadReportEvery time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -125,6 +129,7 @@ func (c Config) WithDefaults() Config {
 	c.ForwardInterval = cmp.Or(c.ForwardInterval, 250*time.Millisecond)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
 	c.Breaker = c.Breaker.WithDefaults()
+	c.DeadReportEvery = cmp.Or(c.DeadReportEvery, time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -162,6 +167,7 @@ func (c Config) validate() error {
 	positive("PollInterval (HOOKLANE_POLL_INTERVAL)", c.PollInterval)
 	positive("ForwardInterval (HOOKLANE_FORWARD_INTERVAL)", c.ForwardInterval)
 	positive("ShutdownTimeout (HOOKLANE_SHUTDOWN_TIMEOUT)", c.ShutdownTimeout)
+	positive("DeadReportEvery (HOOKLANE_DEAD_REPORT_EVERY)", c.DeadReportEvery)
 	switch {
 	case c.MaxWait != NoWait && (c.MaxWait < 0 || c.MaxWait > 10*time.Second):
 		errs = append(errs, errors.New("worker: MaxWait (HOOKLANE_MAX_WAIT) must be between 0 (no wait) and 10s"))
@@ -250,6 +256,7 @@ func FromEnv() (Config, error) {
 	durVar("HOOKLANE_BREAKER_MAX_PROBE_GAP", &c.Breaker.MaxProbeGap, 0, false)
 	durVar("HOOKLANE_BREAKER_RAMP", &c.Breaker.Ramp, 0, false)
 	durVar("HOOKLANE_DISABLE_AFTER", &c.Breaker.DisableAfter, -1, true) // 0: never
+	durVar("HOOKLANE_DEAD_REPORT_EVERY", &c.DeadReportEvery, 0, false)
 	if v := os.Getenv("HOOKLANE_REGIONS"); v != "" {
 		for _, r := range strings.Split(v, ",") {
 			if r = strings.TrimSpace(r); r != "" {

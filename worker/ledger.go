@@ -60,10 +60,19 @@ func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields
 			p.Persist(ctx, lk.Attempts)
 		}
 		p.ZAdd(ctx, lk.Index, z)
+		if r.sub != "" && r.d != nil && !tasks.IsOperatorType(r.d.Event.Type) {
+			h.batchDead(ctx, p, r.sub, r.d.Event.ID, e.Reason)
+		}
 		return nil
 	})
 	if perr != nil {
 		return perr
+	}
+	if r.sub != "" && r.d != nil && !tasks.IsOperatorType(r.d.Event.Type) {
+		// After the batch, so a worker reporting it finds it there; another
+		// slot, so not in the transaction. If lost, the next dead letter
+		// writes it again.
+		h.dueDead(ctx, r.sub)
 	}
 	if r.sub == "" {
 		// A payload that names no subscriber still counts in the totals.

@@ -98,6 +98,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.ownRDB {
 		attrs = append(attrs, "redis", w.cfg.RedisConfig) // passwords redacted
 	}
+	w.h.bg.goDeadReports(w.h)
 	w.cfg.Logger.Info("worker started", attrs...)
 	<-ctx.Done()
 	w.cfg.Logger.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
