@@ -140,7 +140,9 @@ const breakerMinHold = time.Second
 // ARGV: 1 generation ("" any), 2 token, 3 slot ttl ms, 4 max in-flight,
 // 5 burst, 6 rate, 7 period s, 8 reserve ms, 9 not-before Unix ms (0 none),
 // 10 waiting-index member, 11 slow-start ramp ms, 12 the shortest hold ms
-// of a task the breaker holds.
+// of a task the breaker holds, 13 the adaptive rate's increase per ms (see
+// adaptive.go: the rate is the limit's, scaled by a_f and capped by a_cap,
+// then by the slow start).
 // Reply {code, detail}: 0 admitted now (an in-flight slot taken; detail
 // "p": as the breaker's probe, "f": a streak of failures to end if it
 // succeeds);
@@ -165,7 +167,7 @@ const breakerMinHold = time.Second
 // releases its slot, so no request can slip out after it. Expired slots (a
 // worker that died mid-request) are dropped first.
 var admitScript = redis.NewScript(`
-local rec = redis.call('HMGET', KEYS[1], 'gen', 'paused', 'b_open', 'b_next', 'b_gap', 'b_probe', 'b_cur', 'b_ramp', 'b_fails')
+local rec = redis.call('HMGET', KEYS[1], 'gen', 'paused', 'b_open', 'b_next', 'b_gap', 'b_probe', 'b_cur', 'b_ramp', 'b_fails', 'a_f', 'a_at', 'a_cap')
 if not rec[1] or (ARGV[1] ~= '' and ARGV[1] ~= rec[1]) then return {1, ''} end
 if rec[2] then return {2, rec[2]} end
 local t = redis.call('TIME')
@@ -189,6 +191,11 @@ end
 local jan_1_2017 = 1483228800
 local now = (t[1] - jan_1_2017) + (t[2] / 1000000)
 local rate, burst = tonumber(ARGV[6]), tonumber(ARGV[5])
+if rec[10] then
+  local f = tonumber(rec[10]) + tonumber(ARGV[13]) * (now_ms - (tonumber(rec[11]) or now_ms))
+  if f >= 1 then redis.call('HDEL', KEYS[1], 'a_f', 'a_at', 'a_why') else rate, burst = rate * f, math.max(1, math.floor(burst * f)) end
+end
+if rec[12] then rate = math.min(rate, tonumber(rec[12]) * tonumber(ARGV[7])) end
 if rec[8] then
   local f = (now_ms - tonumber(rec[8])) / tonumber(ARGV[11])
   if f >= 1 then redis.call('HDEL', KEYS[1], 'b_ramp') else rate, burst = rate * math.max(f, 0.1), 1 end
@@ -235,7 +242,7 @@ func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admissio
 	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Waiting}
 	res, err := g.comb.run(ctx, admitScript, keys, r.Gen, token, r.SlotTTL.Milliseconds(), r.MaxInFlight,
 		r.Limit.Burst, r.Limit.Rate, r.Limit.Period.Seconds(), r.Reserve.Milliseconds(), nb, r.Member,
-		max(r.Ramp, time.Millisecond).Milliseconds(), breakerMinHold.Milliseconds())
+		max(r.Ramp, time.Millisecond).Milliseconds(), breakerMinHold.Milliseconds(), adaptIncreasePerMs)
 	if err != nil {
 		return Admission{}, err
 	}

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -113,7 +114,7 @@ func (c *hooklaneCollector) collect(ctx context.Context, ch chan<- prometheus.Me
 }
 
 // collectMarked emits the series of the marked subscribers ids: four
-// commands each, in one pipeline.
+// commands each, and one for all their configurations, in one pipeline.
 func (c *hooklaneCollector) collectMarked(ctx context.Context, ch chan<- prometheus.Metric, ids []string) error {
 	if len(ids) == 0 {
 		return nil
@@ -124,6 +125,7 @@ func (c *hooklaneCollector) collectMarked(ctx context.Context, ch chan<- prometh
 	inflight := make([]*redis.IntCmd, len(ids))
 	cool := make([]*redis.StringCmd, len(ids))
 	rec := make([]*redis.SliceCmd, len(ids))
+	var configs *redis.SliceCmd
 	var timeCmd *redis.TimeCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
@@ -131,8 +133,9 @@ func (c *hooklaneCollector) collectMarked(ctx context.Context, ch chan<- prometh
 			stats[i] = p.HGetAll(ctx, keys.Stats(id))
 			inflight[i] = s.gates.InFlightIn(ctx, p, k)
 			cool[i] = p.Get(ctx, k.Cooldown)
-			rec[i] = p.HMGet(ctx, k.Record, "paused", "b_open", "b_probe")
+			rec[i] = p.HMGet(ctx, k.Record, "paused", "b_open", "b_probe", "a_f", "a_at", "a_cap", "a_why", "a_cap_at")
 		}
+		configs = p.HMGet(ctx, keys.SubscriberConfigs(), ids...)
 		timeCmd = p.Time(ctx) // cooldowns are kept in Redis' clock
 		return nil
 	})
@@ -147,15 +150,29 @@ func (c *hooklaneCollector) collectMarked(ctx context.Context, ch chan<- prometh
 		}
 		gauge(descInFlight, float64(inflight[i].Val()))
 		r := rec[i].Val()
-		gauge(descPaused, b2f(len(r) == 3 && r[0] != nil))
+		if len(r) != 8 {
+			continue
+		}
+		gauge(descPaused, b2f(r[0] != nil))
 		state := 0.0
-		if len(r) == 3 && r[1] != nil {
+		if r[1] != nil {
 			state = 1
 			if probe, _ := r[2].(string); limits.ParseCooldown(probe).After(now) {
 				state = 2 // the probe's slot is held until then, like a cooldown
 			}
 		}
 		gauge(descBreaker, state)
+		var sub tasks.Subscriber
+		if v, _ := configs.Val()[i].(string); json.Unmarshal([]byte(v), &sub) == nil && sub.Limit.Rate > 0 {
+			fields := map[string]string{}
+			for j, f := range []string{"a_f", "a_at", "a_cap", "a_why", "a_cap_at"} {
+				if v, ok := r[3+j].(string); ok {
+					fields[f] = v
+				}
+			}
+			eff := limits.ReadEffective(fields, sub.Limit, now)
+			gauge(descEffective, eff.Rate/sub.Limit.Period.Seconds())
+		}
 		remaining := 0.0
 		if until := limits.ParseCooldown(cool[i].Val()); until.After(now) {
 			remaining = until.Sub(now).Seconds()

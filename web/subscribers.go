@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -311,6 +312,18 @@ type Status struct {
 	InFlight     int64      `json:"in_flight"`
 	Counts       Counts     `json:"counts"`
 	Breaker      Breaker    `json:"breaker"`
+	// EffectiveRate is the rate hooklane sends at: the configured limit, or
+	// less, learnt from the receiver (429s, its RateLimit-Policy).
+	EffectiveRate EffectiveRate `json:"effective_rate"`
+}
+
+// EffectiveRate is Status.EffectiveRate.
+type EffectiveRate struct {
+	Rate   float64 `json:"rate"`   // requests per period (rate_limit.period)
+	Period string  `json:"period"` // as rate_limit's
+	// Reason is why it is below the limit ("" when it is the limit).
+	Reason string     `json:"reason,omitempty"`
+	Since  *time.Time `json:"since"` // null when it is the limit
 }
 
 // Breaker is the destination's circuit breaker (see limits.BreakerPolicy).
@@ -384,6 +397,12 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	}
 	st.InFlight = inflight.Val()
 	st.Breaker = breakerView(limits.ReadBreaker(rec.Val(), now.Val()))
+	eff := limits.ReadEffective(rec.Val(), sub.Limit, now.Val())
+	st.EffectiveRate = EffectiveRate{Rate: math.Round(eff.Rate*100) / 100, Period: st.RateLimit.Period, Reason: eff.Reason}
+	if !eff.Since.IsZero() {
+		since := eff.Since.UTC()
+		st.EffectiveRate.Since = &since
+	}
 	counts, err := worker.ReadStats(ctx, s.rdb, s.cfg.Namespace, sub.ID)
 	if err != nil {
 		return fail(err)

@@ -87,6 +87,7 @@ type handler struct {
 	stats  *Stats
 	prod   *producer.Producer // wakes held tasks, carries subscribers over
 	bg     background         // wake-ups after a breaker closes
+	caps   rateCaps           // the receivers' RateLimit-Policy caps written
 }
 
 // Result is what a delivered task's asynq result holds.
@@ -141,7 +142,9 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 		return err
 	}
 	resp := post(ctx, h.client, &sub, &d.Event, func(status int, hdr http.Header, at time.Time) {
-		h.throttledEarly(ctx, r, status, hdr.Get("Retry-After"), at)
+		hint, _ := limits.ReadRateHint(hdr)
+		h.throttledEarly(ctx, r, status, hdr.Get("Retry-After"), hint, at)
+		h.learnRate(ctx, r, &sub, status, hint)
 	})
 	h.breakerAfter(ctx, r, resp)
 	r.attempt = &tasks.Attempt{At: resp.received, Status: resp.status, RetryAfter: resp.retryAfter}
@@ -347,11 +350,17 @@ func (h *handler) deferBusy(ctx context.Context, d *tasks.Delivery, r *run, sub 
 // throttledEarly records the cooldown of a 429 (or 503 with Retry-After) as
 // soon as its headers arrive, before the body is read and before the slot
 // is released.
-func (h *handler) throttledEarly(ctx context.Context, r *run, status int, retryAfter string, at time.Time) {
+//
+// A 429 or 503 without a usable Retry-After whose RateLimit header says the
+// quota is spent waits for the quota's reset instead.
+func (h *handler) throttledEarly(ctx context.Context, r *run, status int, retryAfter string, hint limits.RateHint, at time.Time) {
 	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
 		return
 	}
 	ra, ok := limits.ReadRetryAfter(retryAfter)
+	if !ok && hint.Spent() {
+		ra, ok = limits.RetryAfter{After: hint.Reset}, true
+	}
 	if !ok {
 		return // a counted failure; finish cools it down with the backoff
 	}
