@@ -93,7 +93,7 @@ func (b *bucket) throttled() []time.Time {
 func TestAdaptiveRateConvergesUnderAReceiversLimit(t *testing.T) {
 	// Not parallel: arrival rates.
 	const n = 200
-	b := setup(t, worker.Config{})
+	b := procBundle(t) // a real worker process
 	rc := newBucket(15, 3)
 	s := testkit.NewSink(t, rc.respond)
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: 20, Burst: 3, Period: time.Second}, MaxAttempts: 20})

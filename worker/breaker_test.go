@@ -13,7 +13,6 @@ import (
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
-	"github.com/hooklane/hooklane/worker"
 )
 
 // flaky is an endpoint on 127.0.0.1 that, while down, resets the
@@ -54,7 +53,8 @@ func (f *flaky) delivered() map[string]time.Time {
 // endpoint that resets every connection for a while, 200 events queued with
 // max_attempts 5. The breaker holds them: about one request a second during
 // the outage, no dead letter, and all delivered soon after it ends.
-// HOOKLANE_TEST_OUTAGE=40s runs it at the size (make test: 10s).
+// A real worker process. HOOKLANE_TEST_OUTAGE=40s runs it at the issue's
+// size (make test: 10s).
 func TestOutageShorterThanTheHorizonDeadLettersNothing(t *testing.T) {
 	outage := 10 * time.Second
 	if v := os.Getenv("HOOKLANE_TEST_OUTAGE"); v != "" {
@@ -64,7 +64,7 @@ func TestOutageShorterThanTheHorizonDeadLettersNothing(t *testing.T) {
 		}
 	}
 	const n, inFlight = 200, 10
-	b := setup(t, worker.Config{})
+	b := procBundle(t)
 	f := newFlaky(t)
 	f.down.Store(true)
 	b.put(t, tasks.Subscriber{ID: "s", URL: f.URL, MaxAttempts: 5, MaxInFlight: inFlight,
@@ -92,8 +92,8 @@ func TestOutageShorterThanTheHorizonDeadLettersNothing(t *testing.T) {
 		}
 	}
 	last = int(lastAt.Sub(up).Milliseconds())
-	t.Logf("outage %s: %d requests during it (%.2f/s), all %d delivered %.1fs after it ended; %d handler runs",
-		outage, during, float64(during)/up.Sub(start).Seconds(), n, float64(last)/1000, b.w.Stats().Runs.Load())
+	t.Logf("outage %s: %d requests during it (%.2f/s), all %d delivered %.1fs after it ended; %d deferrals",
+		outage, during, float64(during)/up.Sub(start).Seconds(), n, float64(last)/1000, b.counter(t, "s", "deferred:breaker"))
 	// Before it opens, the requests in flight fail together (up to
 	// inFlight); then about one probe a second at most.
 	if limit := inFlight + int(outage.Seconds()); during > limit {
@@ -102,7 +102,7 @@ func TestOutageShorterThanTheHorizonDeadLettersNothing(t *testing.T) {
 	if lastAt.Sub(up) > 30*time.Second {
 		t.Errorf("the last event arrived %s after the outage ended; want within 30s", lastAt.Sub(up))
 	}
-	if d := b.dead(t, producer.DeadLetterQuery{}); len(d) != 0 || b.w.Stats().Dead.Load() != 0 {
+	if d := b.dead(t, producer.DeadLetterQuery{}); len(d) != 0 || b.deadCount(t, "s") != 0 {
 		t.Errorf("%d dead letters (first: %+v); want none", len(d), d)
 	}
 }
@@ -111,7 +111,7 @@ func TestOutageShorterThanTheHorizonDeadLettersNothing(t *testing.T) {
 // down 5s, three times over, then up for good.
 func TestFlappingEndpointNeitherDeadLettersNorGetsMoreThanItsLimit(t *testing.T) {
 	const n, rate, burst = 150, 20, 5
-	b := setup(t, worker.Config{})
+	b := procBundle(t)
 	f := newFlaky(t)
 	b.put(t, tasks.Subscriber{ID: "s", URL: f.URL, MaxAttempts: 5, MaxInFlight: 5,
 		Limit: limits.Limit{Rate: rate, Burst: burst, Period: time.Second}})
@@ -128,7 +128,7 @@ func TestFlappingEndpointNeitherDeadLettersNorGetsMoreThanItsLimit(t *testing.T)
 	a := f.Got()
 	t.Logf("%d requests for %d events", len(a), n)
 	withinLimit(t, a, rate, burst, 50*time.Millisecond)
-	if d := b.dead(t, producer.DeadLetterQuery{}); len(d) != 0 || b.w.Stats().Dead.Load() != 0 {
+	if d := b.dead(t, producer.DeadLetterQuery{}); len(d) != 0 || b.deadCount(t, "s") != 0 {
 		t.Errorf("%d dead letters (first: %+v); want none", len(d), d)
 	}
 }

@@ -190,3 +190,33 @@ func infoInt(t testing.TB, c *redis.Client, section, field string) int64 {
 // noBreaker turns the circuit breaker off, for tests of many dead letters
 // from an endpoint that always fails (the breaker would hold them).
 var noBreaker = limits.BreakerPolicy{Failures: limits.BreakerOff}
+
+// procBundle is a bundle whose worker is a real `hooklane worker` process
+// (crashEnv, then env), on the package's Redis; b.w is nil.
+func procBundle(t testing.TB, env ...string) *bundle {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: 64})
+	t.Cleanup(func() { rdb.Close() })
+	ns := testkit.Namespace("w")
+	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startProc(t, redisURL(), ns, env...)
+	return &bundle{ns: ns, rdb: rdb, p: p, insp: asynq.NewInspectorFromRedisClient(rdb)}
+}
+
+// deadCount is how many dead letters the worker counted for sub.
+func (b *bundle) deadCount(t testing.TB, sub string) int64 {
+	st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for k, v := range st {
+		if strings.HasPrefix(k, "dead:") {
+			n += v
+		}
+	}
+	return n
+}

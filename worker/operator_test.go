@@ -11,7 +11,6 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
-	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
@@ -57,8 +56,8 @@ func operatorEvents(t *testing.T, ops *testkit.Sink, secret string) []opEvent {
 // subscriber.
 func TestOperatorEventsArriveSignedOnceEach(t *testing.T) {
 	t.Parallel()
-	b := setup(t, worker.Config{DeadReportEvery: time.Second,
-		Breaker: limits.BreakerPolicy{Failures: 3, ProbeGap: 200 * time.Millisecond, Ramp: time.Second}})
+	b := procBundle(t, "HOOKLANE_DEAD_REPORT_EVERY=1s", "HOOKLANE_BREAKER_FAILURES=3", // a real worker process
+		"HOOKLANE_BREAKER_PROBE_GAP=200ms", "HOOKLANE_BREAKER_RAMP=1s")
 	ops := testkit.NewSink(t, nil)
 	op := b.put(t, tasks.Subscriber{ID: "ops", URL: ops.URL, EventTypes: []string{"hooklane.*"}})
 	all := testkit.NewSink(t, nil)
