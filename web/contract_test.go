@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/hooklane/hooklane/web"
 )
 
 // The API's contract is openapi.json. Every request the API tests make
@@ -25,18 +25,15 @@ import (
 // the handlers: a field, status, header or endpoint it does not describe
 // fails the test that met it.
 
-// contract is openapi.json, loaded and validated once.
+// contract is the document (openapi.json and openapi_components.json),
+// loaded and validated once.
 type contract struct {
 	doc    *openapi3.T
 	router routers.Router
 }
 
 var loadContract = sync.OnceValues(func() (*contract, error) {
-	b, err := os.ReadFile("openapi.json")
-	if err != nil {
-		return nil, err
-	}
-	doc, err := openapi3.NewLoader().LoadFromData(b)
+	doc, err := openapi3.NewLoader().LoadFromData(web.OpenAPI())
 	if err != nil {
 		return nil, fmt.Errorf("openapi.json: %w", err)
 	}
