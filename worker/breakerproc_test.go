@@ -1,0 +1,335 @@
+package worker_test
+
+// The circuit breaker with real `hooklane worker` processes: its state is
+// in Redis, so what these tests check is what several processes (and a
+// process that dies mid-probe) do with one breaker, and that one open
+// breaker costs the other destinations nothing.
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// endpointMode is what an outage endpoint does with a request.
+type endpointMode int32
+
+const (
+	modeUp    endpointMode = iota // answers 200
+	modeReset                     // holds the request for a while, then resets the connection
+	modeHang                      // never answers (until the worker goes away or the test ends)
+)
+
+// span is one request an outage endpoint got.
+type span struct {
+	id         string       // the event's (webhook-id)
+	mode       endpointMode // when it arrived
+	start, end time.Time    // end: zero while it is still held
+}
+
+// outage is an endpoint on 127.0.0.1 that the test switches between modes,
+// recording when each request began and ended. A reset is recorded as
+// ended before the connection is reset, so the worker learns of the
+// failure after span.end.
+type outage struct {
+	*testkit.Sink
+	mode  atomic.Int32
+	hold  time.Duration // of modeReset
+	stop  chan struct{}
+	mu    sync.Mutex
+	spans []span
+}
+
+func newOutage(t *testing.T, mode endpointMode, hold time.Duration) *outage {
+	e := &outage{hold: hold, stop: make(chan struct{})}
+	e.mode.Store(int32(mode))
+	e.Sink = testkit.NewReceiver(t, func(w http.ResponseWriter, r *http.Request, id string) bool {
+		m := endpointMode(e.mode.Load())
+		e.mu.Lock()
+		i := len(e.spans)
+		e.spans = append(e.spans, span{id: id, mode: m, start: time.Now()})
+		e.mu.Unlock()
+		ended := func() {
+			e.mu.Lock()
+			e.spans[i].end = time.Now()
+			e.mu.Unlock()
+		}
+		switch m {
+		case modeUp:
+			ended()
+			return true
+		case modeReset:
+			time.Sleep(e.hold)
+			ended()
+			if c, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				c.(*net.TCPConn).SetLinger(0) // RST, not FIN
+				c.Close()
+			}
+			return false
+		default:
+			select {
+			case <-r.Context().Done(): // the worker went away
+			case <-e.stop:
+			}
+			ended()
+			return false
+		}
+	})
+	// Registered after the Sink's Close, so it runs before it: Close waits
+	// for the hanging handlers.
+	t.Cleanup(func() { close(e.stop) })
+	return e
+}
+
+func (e *outage) set(m endpointMode) { e.mode.Store(int32(m)) }
+
+func (e *outage) got() []span {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.spans)
+}
+
+// mostAtOnce is the largest number of spans in progress at one instant;
+// a span that ends as another starts does not overlap it.
+func mostAtOnce(spans []span) int {
+	type edge struct {
+		at time.Time
+		d  int
+	}
+	var edges []edge
+	for _, s := range spans {
+		end := s.end
+		if end.IsZero() {
+			end = time.Now()
+		}
+		edges = append(edges, edge{s.start, 1}, edge{end, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.d - b.d // ends first
+	})
+	most, now := 0, 0
+	for _, e := range edges {
+		now += e.d
+		most = max(most, now)
+	}
+	return most
+}
+
+// gateRecord is the subscriber's gate record (the breaker's b_* fields).
+func gateRecord(t testing.TB, rdb redis.Cmdable, ns, sub string) map[string]string {
+	t.Helper()
+	rec, err := rdb.HGetAll(context.Background(), tasks.Keys(ns).Gates(sub).Record).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func breakerOf(t testing.TB, rdb redis.Cmdable, ns, sub string) limits.Breaker {
+	t.Helper()
+	return limits.ReadBreaker(gateRecord(t, rdb, ns, sub), time.Now())
+}
+
+// msField reads a gate record field holding Unix ms (zero when absent).
+func msField(rec map[string]string, f string) time.Time {
+	n, err := strconv.ParseInt(rec[f], 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
+
+// probeGaps are the gaps the breaker leaves before each probe: the policy's
+// first gap, then ProbeGrowth times the one before (whole ms, as the
+// breaker's script keeps them), capped.
+func probeGaps(p limits.BreakerPolicy, n int) []time.Duration {
+	gaps := make([]time.Duration, n)
+	ms := float64(p.ProbeGap.Milliseconds())
+	for i := range gaps {
+		gaps[i] = time.Duration(ms) * time.Millisecond
+		ms = math.Min(math.Floor(ms*limits.ProbeGrowth), float64(p.MaxProbeGap.Milliseconds()))
+	}
+	return gaps
+}
+
+func noDeadLetters(t testing.TB, b *crashBundle) {
+	t.Helper()
+	dl, _, err := b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{IncludeReplayed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) != 0 {
+		t.Errorf("%d dead letters in the ledger (first: %s: %s); want none", len(dl), dl[0].TaskID, dl[0].Reason)
+	}
+}
+
+// tol is how far apart the breaker's times (Redis' clock, this host's, in
+// whole ms) and the endpoint's may be.
+const tol = 20 * time.Millisecond
+
+// breakerPolicy is the breaker of these tests' workers: the defaults.
+var breakerPolicy = limits.BreakerPolicy{}.WithDefaults()
+
+// TestBreakerAcrossProcessesOneProbeAtATime: two worker processes, one
+// subscriber whose endpoint holds every request 1.2s and then resets the
+// connection, 50 events. Once the breaker has opened, across both
+// processes: never two requests in flight at once, and each request starts
+// no sooner than the probe gap after the one before ended (the breaker's
+// growing gap: 1s, 1.5s, 2.25s, ...). When the endpoint comes back, all 50
+// are delivered and none is dead-lettered.
+//
+// The hold is longer than the 1s between the held tasks' wake-ups (the
+// breaker books them one probe gap apart), so a held task always comes
+// back while a probe is in flight: a breaker that let it out would be
+// caught, not spared by luck.
+func TestBreakerAcrossProcessesOneProbeAtATime(t *testing.T) {
+	// Not parallel: a timing check.
+	const n, hold = 50, 1200 * time.Millisecond
+	const outage = 10 * time.Second // after the breaker opened
+	// A request admitted just before the breaker opened reaches the
+	// endpoint a few ms later (100ms: two loaded cores); the first probe
+	// comes a whole gap (1s) later.
+	const straggle = 100 * time.Millisecond
+	e := newOutage(t, modeReset, hold)
+	b := newCrashBundle(t, testkit.Namespace("brk-two-"), tasks.Subscriber{ID: "s", URL: e.URL,
+		Limit: limits.Limit{Rate: 100, Burst: 10, Period: time.Second}, MaxInFlight: 10})
+	// 5 handlers per lane each, half the in-flight cap: both processes
+	// must take tasks at once (the first 10 requests, and the held events
+	// once it closes), whichever wins asynq's race to dequeue. Debug: they
+	// log their deliveries.
+	env := []string{"HOOKLANE_CONCURRENCY=5", "HOOKLANE_LOG_LEVEL=debug"}
+	procs := []*proc{startProc(t, redisURL(), b.ns, env...), startProc(t, redisURL(), b.ns, env...)}
+	ids := b.publishN(t, "e", n)
+
+	var opened time.Time
+	testkit.Eventually(t, 20*time.Second, "the breaker to open", func() bool {
+		opened = breakerOf(t, b.rdb, b.ns, "s").OpenedAt
+		return !opened.IsZero()
+	})
+	time.Sleep(outage) // the outage itself
+	e.set(modeUp)
+	up := time.Now()
+	c := settle(t, b.insp, b.ns, "s", ids, e.Sink, 40*time.Second)
+
+	var before, after []span // the outage's requests, by when they arrived
+	for _, s := range e.got() {
+		switch {
+		case s.mode != modeReset:
+		case s.start.Before(opened.Add(straggle)):
+			before = append(before, s)
+		default:
+			after = append(after, s)
+		}
+	}
+	var spacing []string
+	for i, s := range after {
+		prev := opened
+		if i > 0 {
+			prev = after[i-1].end
+		}
+		spacing = append(spacing, s.start.Sub(prev).Round(time.Millisecond).String())
+	}
+	var last time.Time
+	for _, a := range e.Got() {
+		if a.Accepted && a.At.After(last) {
+			last = a.At
+		}
+	}
+	back := "none delivered"
+	if !last.IsZero() {
+		back = fmt.Sprintf("the last delivered %.1fs after the endpoint came back", last.Sub(up).Seconds())
+	}
+	t.Logf("%s; %d requests before the breaker opened (at most %d at once), %d after it in the %s outage "+
+		"(at most %d at once), each this long after the previous ended (the first: after opening): %v; %s",
+		c, len(before), mostAtOnce(before), len(after), outage, mostAtOnce(after), spacing, back)
+
+	if c.delivered != n || c.dead != 0 || len(c.lost) != 0 {
+		t.Errorf("want all %d delivered, none dead or lost", n)
+	}
+	noDeadLetters(t, b)
+	// One probe per growing gap: the 1st no sooner than 1s after opening,
+	// the 2nd 1.2s + 1.5s later, the 3rd 1.2s + 2.25s after that (7.15s),
+	// the 4th 11.7s after opening, past the 10s outage. Held tasks wake
+	// once a second, so a probe comes within about a second of its time:
+	// 2 or 3 (the spacing checks below say why when there are more).
+	if len(after) < 2 || len(after) > 3 {
+		t.Errorf("%d requests while the breaker was open; want 2 or 3 (one per growing gap)", len(after))
+	}
+	if m := mostAtOnce(after); m > 1 {
+		t.Errorf("%d requests in flight at once while the breaker was open; want one probe at a time", m)
+	}
+	for i, gap := range probeGaps(breakerPolicy, len(after)) {
+		prev, what := opened, "the breaker opened"
+		if i > 0 {
+			prev, what = after[i-1].end, "the previous probe failed"
+		}
+		if d := after[i].start.Sub(prev); d < gap-tol {
+			t.Errorf("probe %d came %s after %s; want at least the probe gap, %s", i+1, d, what, gap)
+		}
+	}
+	// Which process sent each probe: the one that logged its failure right
+	// after it ended (probes are seconds apart); asynq's race decides.
+	var by []string
+	for _, s := range after {
+		who := "?"
+		for i, p := range procs {
+			if failuresAfter(p.log.String(), s.end.Add(-2*time.Millisecond), s.end.Add(500*time.Millisecond)) > 0 {
+				who = strconv.Itoa(i + 1)
+			}
+		}
+		by = append(by, who)
+	}
+	// Both processes took part: each sent requests before it opened and
+	// delivered events after it closed.
+	var early, delivered []int
+	for _, p := range procs {
+		early = append(early, failuresAfter(p.log.String(), time.Time{}, opened.Add(straggle)))
+		delivered = append(delivered, strings.Count(p.log.String(), "msg=delivered"))
+	}
+	t.Logf("by process: failed requests before it opened %v, probes %v, deliveries %v", early, by, delivered)
+	for i := range procs {
+		if early[i] == 0 || delivered[i] == 0 || !procs[i].alive() {
+			t.Errorf("process %d: %d failed requests before it opened, %d deliveries (alive: %v); want both processes taking part",
+				i+1, early[i], delivered[i], procs[i].alive())
+		}
+	}
+}
+
+// failuresAfter counts the failed requests a worker logged in [from, to)
+// (its log's times are whole ms).
+func failuresAfter(log string, from, to time.Time) int {
+	n := 0
+	for line := range strings.SplitSeq(log, "\n") {
+		if !strings.Contains(line, `msg="delivery failed, will retry"`) && !strings.Contains(line, `msg="dead-lettered`) {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time="))
+		if err == nil && !at.Before(from) && at.Before(to) {
+			n++
+		}
+	}
+	return n
+}
