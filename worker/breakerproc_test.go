@@ -333,3 +333,110 @@ func failuresAfter(log string, from, to time.Time) int {
 	}
 	return n
 }
+
+// TestKilledProbeLeavesTheBreakerRecoverable: the breaker is open and its
+// probe hangs at the endpoint when the worker sending it is killed (kill
+// -9), before the probe's request timeout. The probe role the dead process
+// held (b_probe) lasts its in-flight slot's ttl, RequestTimeout + MaxWait +
+// 5s = 16s here: until then no other request may go out, and soon after,
+// a second worker process (the endpoint healthy again) probes, closes the
+// breaker and delivers the held events. The killed probe's own event comes
+// back with asynq's lease (about a minute, as TestKill9 measures). Nothing
+// is dead-lettered.
+func TestKilledProbeLeavesTheBreakerRecoverable(t *testing.T) {
+	// Not parallel: it kills a process at a chosen moment.
+	const n = 30
+	const requestTimeout, maxWait = 10 * time.Second, time.Second // crashEnv's, the default
+	const ttl = requestTimeout + maxWait + 5*time.Second
+	e := newOutage(t, modeReset, 0)
+	b := newCrashBundle(t, testkit.Namespace("brk-kill-"), tasks.Subscriber{ID: "s", URL: e.URL, Limit: fast, MaxInFlight: 10})
+	env := "HOOKLANE_REQUEST_TIMEOUT=" + requestTimeout.String()
+	first := startProc(t, redisURL(), b.ns, env)
+	ids := b.publishN(t, "k", n)
+	var opened time.Time
+	testkit.Eventually(t, 20*time.Second, "the breaker to open", func() bool {
+		opened = breakerOf(t, b.rdb, b.ns, "s").OpenedAt
+		return !opened.IsZero()
+	})
+	e.set(modeHang) // from now on every request hangs: the first probe's
+	// The probe: the first request no sooner than the gap after opening (a
+	// request admitted before it opened may arrive just after).
+	var probe span
+	at := -1 // its index
+	testkit.Eventually(t, 10*time.Second, "the probe to reach the endpoint", func() bool {
+		for i, x := range e.got() {
+			if x.mode == modeHang && !x.start.Before(opened.Add(breakerPolicy.ProbeGap-tol)) {
+				probe, at = x, i
+				return true
+			}
+		}
+		return false
+	})
+	rec := gateRecord(t, b.rdb, b.ns, "s")
+	role := msField(rec, "b_probe")
+	killed := first.kill()
+	if br := limits.ReadBreaker(rec, time.Now()); br.State != "probing" {
+		t.Fatalf("breaker %q while a request hangs at the endpoint; want probing (the hanging request the probe)", br.State)
+	}
+	if d := killed.Sub(probe.start); d > time.Second {
+		t.Fatalf("killed %s after the probe arrived; want within a second (long before its %s timeout)", d, requestTimeout)
+	}
+	// The role ends when the probe's slot would (Redis' clock, this host's).
+	if want := probe.start.Add(ttl); role.Before(want.Add(-time.Second)) || role.After(want.Add(time.Second)) {
+		t.Errorf("probe role held until %s after the probe arrived; want the slot ttl, %s", role.Sub(probe.start), ttl)
+	}
+	e.set(modeUp)
+	startProc(t, redisURL(), b.ns, env)
+
+	// Within the ttl, then the wake-up of a held task (about one a probe
+	// gap, 1s, rounded up to asynq's whole seconds) and its delivery.
+	var closed time.Time
+	testkit.Eventually(t, time.Until(killed.Add(ttl+30*time.Second)), "the breaker to close", func() bool {
+		if breakerOf(t, b.rdb, b.ns, "s").State != "closed" {
+			return false
+		}
+		closed = time.Now()
+		return true
+	})
+	// Not one request after the probe's until the dead probe's role ended.
+	for i, x := range e.got() {
+		if i != at && x.start.After(probe.start) && x.start.Before(role.Add(-tol)) {
+			t.Errorf("a request (event %s) %s after the kill, before the dead probe's role ended (%s after it)",
+				x.id, x.start.Sub(killed), role.Sub(killed))
+		}
+	}
+	delivered := func() map[string]bool {
+		got := map[string]bool{}
+		for _, a := range e.Got() {
+			if a.Accepted {
+				got[a.ID] = true
+			}
+		}
+		return got
+	}
+	testkit.Eventually(t, time.Until(killed.Add(ttl+30*time.Second)), "every event but the killed probe's delivered", func() bool {
+		got := delivered()
+		return len(got) == n-1 && !got[probe.id] || len(got) == n
+	})
+	rest := time.Since(killed)
+	// asynq gives the killed worker's task back once its lease (30s) has
+	// been expired 30s, at its recoverer's next look (once a minute).
+	c := settle(t, b.insp, b.ns, "s", ids, e.Sink, time.Until(killed.Add(90*time.Second)))
+	var again time.Duration
+	for _, a := range e.Got() {
+		if a.ID == probe.id && a.Accepted {
+			again = a.At.Sub(killed)
+		}
+	}
+	t.Logf("%s; killed %s after the probe arrived; its role held until %s after the kill; breaker closed %.1fs after the kill, "+
+		"the other %d events delivered by %.1fs, the killed probe's event %.1fs after it",
+		c, killed.Sub(probe.start).Round(time.Millisecond), role.Sub(killed).Round(time.Millisecond),
+		closed.Sub(killed).Seconds(), n-1, rest.Seconds(), again.Seconds())
+	if c.delivered != n || c.dead != 0 || len(c.lost) != 0 || c.duplicates != 0 {
+		t.Errorf("want all %d delivered once, none dead or lost", n)
+	}
+	if closed.Before(role) {
+		t.Errorf("the breaker closed %s before the dead probe's role ended", role.Sub(closed))
+	}
+	noDeadLetters(t, b)
+}
