@@ -440,3 +440,149 @@ func TestKilledProbeLeavesTheBreakerRecoverable(t *testing.T) {
 	}
 	noDeadLetters(t, b)
 }
+
+// TestOpenBreakerDoesNotSlowOtherDestinations: one worker process, five
+// healthy subscribers getting 200 events each at a steady pace (200/s in
+// all), once alone and once beside a sixth subscriber whose endpoint is
+// down (it holds each request 300ms, then resets it) with 500 events
+// queued and its breaker open. The healthy events' latency (publish to
+// arrival) must not suffer: p99 with the backlog at most 1.2 × p99 without
+// it, plus one poll interval.
+//
+// The slack: a task published just after the worker's fetcher found the
+// queues empty waits up to HOOKLANE_POLL_INTERVAL (50ms) to be dequeued,
+// so the tail of either run sits on that step and moves across it by
+// chance; a 20% bound on a p99 of a few tens of ms alone would measure
+// that, not a slowdown. What an open breaker must not cost is concurrency
+// or Redis time spent on its held events, which would show as hundreds of
+// ms.
+func TestOpenBreakerDoesNotSlowOtherDestinations(t *testing.T) {
+	// Not parallel: a latency measurement.
+	without := healthyLatency(t, false)
+	with := healthyLatency(t, true)
+	pw, pb := quantile(with, 0.99), quantile(without, 0.99)
+	t.Logf("healthy subscribers' latency, %d events: without the down backlog p50 %s p99 %s max %s; with it p50 %s p99 %s max %s",
+		len(with), quantile(without, 0.5), pb, quantile(without, 1), quantile(with, 0.5), pw, quantile(with, 1))
+	const slack = 50 * time.Millisecond // crashEnv's HOOKLANE_POLL_INTERVAL
+	if limit := time.Duration(1.2*float64(pb)) + slack; pw > limit {
+		t.Errorf("p99 %s beside an open breaker's backlog, %s without it; want at most %s (1.2× + %s)", pw, pb, limit, slack)
+	}
+}
+
+func quantile(d []time.Duration, q float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[max(int(math.Ceil(q*float64(len(s))))-1, 0)].Round(time.Millisecond)
+}
+
+// healthyLatency runs one measurement in a namespace of its own with a
+// worker process of its own: with backlog, the down subscriber's 500
+// events are queued and its breaker open first. It returns each healthy
+// event's publish-to-arrival latency.
+func healthyLatency(t *testing.T, backlog bool) []time.Duration {
+	const subs, each, every = 5, 200, 5 * time.Millisecond // 200/s
+	const downEvents = 500
+	var sinks []*testkit.Sink
+	var all []tasks.Subscriber
+	for i := range subs {
+		s := testkit.NewSink(t, nil)
+		sinks = append(sinks, s)
+		all = append(all, tasks.Subscriber{ID: fmt.Sprintf("h%d", i), URL: s.URL, Limit: fast, MaxInFlight: 10})
+	}
+	ns := testkit.Namespace("brk-other-")
+	b := newCrashBundle(t, ns, all[0])
+	ctx := context.Background()
+	for _, s := range all[1:] {
+		if _, err := b.p.PutSubscriber(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var down *outage
+	if backlog {
+		down = newOutage(t, modeReset, 300*time.Millisecond)
+		if _, err := b.p.PutSubscriber(ctx, tasks.Subscriber{ID: "down", URL: down.URL, Limit: fast, MaxInFlight: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 20 handlers per lane, fewer than the held events in the fresh lane
+	// (100 of the 500: the producer's FreshMax): were held events to take
+	// handlers (wait in the worker instead of being deferred), the healthy
+	// ones would queue behind them and their p99 would be seconds.
+	w := startProc(t, redisURL(), ns, "HOOKLANE_CONCURRENCY=20")
+	send := func(sub, id string) {
+		if r, err := b.p.SendTo(ctx, sub, tasks.Event{ID: id, Type: "t", Data: []byte(`1`)}, nil); err != nil || r.Targets[0].Outcome != producer.Enqueued {
+			t.Fatalf("publish %s to %s: %v %v", id, sub, r, err)
+		}
+	}
+	var mark int
+	if backlog {
+		for i := range downEvents {
+			send("down", fmt.Sprintf("d%03d", i))
+		}
+		testkit.Eventually(t, 20*time.Second, "the down subscriber's breaker to open", func() bool {
+			return breakerOf(t, b.rdb, ns, "down").State != "closed"
+		})
+		// Its backlog held: deferred to the breaker's cursor, nothing left
+		// to run now but a probe.
+		testkit.Eventually(t, 20*time.Second, "the down subscriber's backlog held", func() bool {
+			q, err := testkit.QueueInfo(b.insp, ns)
+			return err == nil && q.Pending == 0 && q.Active <= 1
+		})
+		mark = len(down.got())
+	}
+	start := time.Now()
+	published := map[string]time.Time{}
+	for i := range subs * each {
+		if d := time.Until(start.Add(time.Duration(i) * every)); d > 0 {
+			time.Sleep(d)
+		}
+		id := fmt.Sprintf("e%04d", i)
+		published[id] = time.Now()
+		send(fmt.Sprintf("h%d", i%subs), id)
+	}
+	arrived := func() int {
+		n := 0
+		for _, s := range sinks {
+			n += s.Count()
+		}
+		return n
+	}
+	// Not Eventually: an event still missing counts with the time it has
+	// waited so far, so a slow run still reports its p99.
+	testkit.Poll(20*time.Second, func() bool { return arrived() >= subs*each })
+	got := map[string]time.Duration{}
+	for _, s := range sinks {
+		for _, a := range s.Got() {
+			if _, dup := got[a.ID]; dup {
+				t.Errorf("event %s delivered twice", a.ID)
+			}
+			got[a.ID] = a.At.Sub(published[a.ID])
+		}
+	}
+	var lat []time.Duration
+	missing := 0
+	for id, at := range published {
+		d, ok := got[id]
+		if !ok {
+			d, missing = time.Since(at), missing+1
+		}
+		lat = append(lat, d)
+	}
+	if missing > 0 {
+		t.Errorf("%d of %d healthy events not delivered within 20s", missing, subs*each)
+	}
+	if backlog {
+		spent := time.Since(start)
+		during := len(down.got()) - mark
+		br := breakerOf(t, b.rdb, ns, "down")
+		t.Logf("with the down backlog: %d requests to it in the %.1fs measured (breaker %s)", during, spent.Seconds(), br.State)
+		// The measurement was beside an open breaker: it stayed open and
+		// let out no more than a probe per second.
+		if br.State == "closed" || during > int(spent.Seconds())+1 {
+			t.Errorf("breaker %s, %d requests to the down endpoint in %s; want it open throughout, a probe a second at most",
+				br.State, during, spent)
+		}
+	}
+	w.kill()
+	return lat
+}
