@@ -27,7 +27,7 @@ import (
 // destination until its reset, as a Retry-After would, without waiting for
 // the 429.
 const (
-	AdaptDecrease = 0.92
+	AdaptDecrease = 0.95
 	AdaptIncrease = 0.02 // of the limit, per minute without a 429
 	adaptFloor    = 0.1
 )

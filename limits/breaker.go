@@ -194,6 +194,12 @@ func (g *Gates) BreakerAnswered(ctx context.Context, k GateKeys, gen string) (Br
 	return BreakerSame, time.Time{}, nil
 }
 
+// ReleaseProbe gives the probe role back (a probe cut short by a shutdown),
+// so that the next task may probe without waiting for the role to expire.
+func (g *Gates) ReleaseProbe(ctx context.Context, k GateKeys) error {
+	return g.rdb.HDel(ctx, k.Record, "b_probe").Err()
+}
+
 // Breaker is a destination's breaker as Status shows it.
 type Breaker struct {
 	State        string    // "closed", "open" or "probing" (open, a probe in flight)

@@ -382,7 +382,7 @@ func (p *Producer) SetPaused(ctx context.Context, id string, paused bool) error 
 		err = p.listPaused(ctx, id, paused)
 	}
 	if err == nil && !paused {
-		_, err = p.wake(ctx, id)
+		_, err = p.wake(ctx, id, 0)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
@@ -397,7 +397,7 @@ func (p *Producer) resetPace(ctx context.Context, id string) error {
 		return nil
 	})
 	if err == nil {
-		_, err = p.wake(ctx, id)
+		_, err = p.wake(ctx, id, 0)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
@@ -405,11 +405,12 @@ func (p *Producer) resetPace(ctx context.Context, id string) error {
 	return nil
 }
 
-// WakeWaiting makes the subscriber's tasks parked in asynq's schedule due
-// now, as a resume does (the worker calls it when the destination's
-// breaker closes), and returns how many it woke.
-func (p *Producer) WakeWaiting(ctx context.Context, id string) (int, error) {
-	n, err := p.wake(ctx, id)
+// WakeWaiting makes up to max (0: all) of the subscriber's tasks parked in
+// asynq's schedule due now, soonest first, as a resume does (the worker
+// calls it, a few at a time, when the destination's breaker closes), and
+// returns how many it woke.
+func (p *Producer) WakeWaiting(ctx context.Context, id string, max int) (int, error) {
+	n, err := p.wake(ctx, id, max)
 	if err != nil {
 		return n, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
@@ -420,11 +421,18 @@ func (p *Producer) WakeWaiting(ctx context.Context, id string) (int, error) {
 // now, so that it passes the gates again under the current limit and pause,
 // and returns how many it woke. A task that is no longer parked (already
 // running, finished) is left alone.
-func (p *Producer) wake(ctx context.Context, id string) (int, error) {
+func (p *Producer) wake(ctx context.Context, id string, max int) (int, error) {
 	k := p.keys.Gates(id)
 	woken := 0
 	for {
-		ids, err := p.gates.Waiting(ctx, k, 0, 500)
+		batch := int64(500)
+		if max > 0 {
+			batch = int64(min(max-woken, 500))
+		}
+		if batch <= 0 {
+			return woken, nil
+		}
+		ids, err := p.gates.Waiting(ctx, k, 0, batch)
 		if err != nil || len(ids) == 0 {
 			return woken, err
 		}

@@ -88,13 +88,13 @@ func (b *bucket) throttled() []time.Time {
 }
 
 // TestAdaptiveRateConvergesUnderAReceiversLimit: configured 20/s, the
-// receiver takes 15/s. Each 429 lowers the effective rate by 8%; after a few
+// receiver takes 15/s. Each 429 lowers the effective rate by 5%; after a few
 // the 429s stop, and status says why the rate is lower.
 func TestAdaptiveRateConvergesUnderAReceiversLimit(t *testing.T) {
 	// Not parallel: arrival rates.
-	const n = 200
+	const n = 300
 	b := procBundle(t) // a real worker process
-	rc := newBucket(15, 3)
+	rc := newBucket(17, 3)
 	s := testkit.NewSink(t, rc.respond)
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: 20, Burst: 3, Period: time.Second}, MaxAttempts: 20})
 	start := time.Now()
@@ -106,22 +106,22 @@ func TestAdaptiveRateConvergesUnderAReceiversLimit(t *testing.T) {
 	th := rc.throttled()
 	late := 0
 	for _, at := range th {
-		if at.After(start.Add(end.Sub(start) / 2)) {
+		if at.After(start.Add(end.Sub(start) * 6 / 10)) {
 			late++
 		}
 	}
-	t.Logf("%d events in %.1fs (%.1f/s against the receiver's 15/s), %d 429s, %d in the second half",
+	t.Logf("%d events in %.1fs (%.1f/s against the receiver's 17/s), %d 429s, %d in the last 40%% of the run",
 		n, end.Sub(start).Seconds(), float64(n)/end.Sub(start).Seconds(), len(th), late)
 	if len(th) > 8 || late > 0 {
-		t.Errorf("%d 429s, %d in the second half of the run; want them to stop after a few", len(th), late)
+		t.Errorf("%d 429s, %d in the last 40%% of the run; want them to stop after a few", len(th), late)
 	}
 	rec, err := b.rdb.HGetAll(context.Background(), tasks.Keys(b.ns).Gate("s")).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	eff := limits.ReadEffective(rec, limits.Limit{Rate: 20, Burst: 3, Period: time.Second}, time.Now())
-	if eff.Rate > 15.5 || eff.Reason == "" {
-		t.Errorf("effective rate %.2f/s (%q); want at most the receiver's 15/s, with the reason", eff.Rate, eff.Reason)
+	if eff.Rate > 17.5 || eff.Reason == "" {
+		t.Errorf("effective rate %.2f/s (%q); want at most about the receiver's 17/s, with the reason", eff.Rate, eff.Reason)
 	}
 }
 

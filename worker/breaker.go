@@ -18,7 +18,7 @@ import (
 // Retry-After is the endpoint saying when to come back: neither opens it.
 func endpointFailure(resp response, r *run) bool {
 	if resp.err != nil {
-		return !errors.Is(resp.err, ErrForbiddenAddress)
+		return true
 	}
 	return resp.status == http.StatusRequestTimeout || resp.status >= 500 && r.coolLocal.IsZero()
 }
@@ -27,9 +27,19 @@ func endpointFailure(resp response, r *run) bool {
 // a failure counts (and may open it, or disable the subscriber); any other
 // answer ends a streak of failures, and closes an open breaker, waking the
 // tasks it held. A healthy destination's delivery writes nothing here.
-func (h *handler) breakerAfter(ctx context.Context, r *run, resp response) {
+func (h *handler) breakerAfter(ctx context.Context, r *run, sub *tasks.Subscriber, resp response) {
+	if errors.Is(resp.err, ErrForbiddenAddress) {
+		return // never sent: it says nothing of the endpoint's health
+	}
 	if ctx.Err() != nil {
-		return // shutting down: the request was cut short by us
+		// Shutting down: the request was cut short by us. A probe gives its
+		// role back, so that another worker may probe at once.
+		if r.probe {
+			if err := h.gates.ReleaseProbe(context.WithoutCancel(ctx), r.keys); err != nil {
+				h.log.Warn("could not give the probe role back; it expires by itself", "subscriber_id", r.sub, "err", err)
+			}
+		}
+		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	var change limits.BreakerChange
@@ -62,7 +72,7 @@ func (h *handler) breakerAfter(ctx context.Context, r *run, resp response) {
 		log.Info("circuit breaker closed: endpoint recovered; waking its held events", "failing_since", since)
 		h.index(ctx, h.keys.OpenBreakers(), r.sub, false)
 		h.breakerEvent(ctx, tasks.OperatorRecovered, r.sub, since, time.Now(), "", "")
-		h.bg.goWake(h, r.sub)
+		h.bg.goWake(h, r.sub, float64(sub.Limit.Rate)/sub.Limit.Period.Seconds(), h.cfg.Breaker.Ramp)
 	}
 }
 
@@ -117,16 +127,51 @@ func (b *background) goDeadReports(h *handler) {
 	}()
 }
 
-func (b *background) goWake(h *handler, sub string) {
+// goWake wakes the tasks the breaker held for sub, soonest first, at the
+// pace the slow start lets them be sent (a tenth of perSecond at first,
+// all of it after ramp): woken all at once, most would only be deferred
+// again by the rate limiter, a handler run each for nothing. Stopped
+// early (shutdown), it wakes the rest at once, so none waits for the far
+// wake-up the breaker's cursor gave it.
+func (b *background) goWake(h *handler, sub string, perSecond float64, ramp time.Duration) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		n, err := h.prod.WakeWaiting(b.ctx, sub)
-		if err != nil && b.ctx.Err() == nil {
-			// They wake by themselves at their booked wake-ups.
-			h.log.Warn("could not wake the events the breaker held", "subscriber_id", sub, "err", err)
-			return
+		const tick = 100 * time.Millisecond
+		keys := h.keys.Gates(sub)
+		held, err := h.gates.WaitingCount(b.ctx, keys) // what the breaker parked, and maybe a few more
+		if err != nil {
+			held = 1 << 30 // until the index is empty
 		}
-		h.log.Debug("woke the events the breaker held", "subscriber_id", sub, "woken", n)
+		start, woken, credit := time.Now(), 0, 0.0
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			f := min(max(float64(time.Since(start))/float64(ramp), 0.1), 1)
+			credit += perSecond * f * tick.Seconds()
+			if n := int(credit); n > 0 {
+				got, err := h.prod.WakeWaiting(b.ctx, sub, n)
+				woken += got
+				credit -= float64(n)
+				if err != nil && b.ctx.Err() == nil {
+					// They wake by themselves at their booked wake-ups.
+					h.log.Warn("could not wake the events the breaker held", "subscriber_id", sub, "err", err)
+					return
+				}
+				if left, cerr := h.gates.WaitingCount(b.ctx, keys); err == nil && (int64(woken) >= held || cerr == nil && left == 0) {
+					h.log.Debug("woke the events the breaker held", "subscriber_id", sub, "woken", woken)
+					return
+				}
+			}
+			select {
+			case <-b.ctx.Done():
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				n, _ := h.prod.WakeWaiting(ctx, sub, 0)
+				cancel()
+				h.log.Debug("stopping: woke the rest of the events the breaker held", "subscriber_id", sub, "woken", woken+n)
+				return
+			case <-t.C:
+			}
+		}
 	}()
 }

@@ -146,7 +146,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 		h.throttledEarly(ctx, r, status, hdr.Get("Retry-After"), hint, at)
 		h.learnRate(ctx, r, &sub, status, hint)
 	})
-	h.breakerAfter(ctx, r, resp)
+	h.breakerAfter(ctx, r, &sub, resp)
 	r.attempt = &tasks.Attempt{At: resp.received, Status: resp.status, RetryAfter: resp.retryAfter}
 	if resp.err != nil {
 		r.attempt.Error = resp.err.Error()
