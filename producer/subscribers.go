@@ -419,11 +419,14 @@ func (p *Producer) WakeWaiting(ctx context.Context, id string, max int) (int, er
 
 // wake makes every task of the subscriber parked in asynq's schedule due
 // now, so that it passes the gates again under the current limit and pause,
-// and returns how many it woke. A task that is no longer parked (already
-// running, finished) is left alone.
+// and returns how many it woke. A task that is no longer parked (finished,
+// dead) leaves the index. One that is running or pending keeps its entry:
+// it may be on its way back to the schedule (a deferral whose wake-up Admit
+// wrote just before asynq moves the task), and without the entry a later
+// wake would miss it.
 func (p *Producer) wake(ctx context.Context, id string, max int) (int, error) {
 	k := p.keys.Gates(id)
-	woken := 0
+	woken, skip := 0, int64(0)
 	for {
 		batch := int64(500)
 		if max > 0 {
@@ -432,13 +435,15 @@ func (p *Producer) wake(ctx context.Context, id string, max int) (int, error) {
 		if batch <= 0 {
 			return woken, nil
 		}
-		ids, err := p.gates.Waiting(ctx, k, 0, batch)
+		ids, err := p.gates.Waiting(ctx, k, skip, batch)
 		if err != nil || len(ids) == 0 {
 			return woken, err
 		}
+		var done []string
 		for _, m := range ids {
 			queue, tid, ok := tasks.SplitWaitingMember(m)
 			if !ok {
+				done = append(done, m)
 				continue
 			}
 			// Only a task waiting in asynq's schedule: RunTask would also
@@ -446,10 +451,15 @@ func (p *Producer) wake(ctx context.Context, id string, max int) (int, error) {
 			info, err := p.inspector.GetTaskInfo(queue, tid)
 			switch {
 			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+				done = append(done, m)
 				continue
 			case err != nil:
 				return woken, err
+			case info.State == asynq.TaskStateActive || info.State == asynq.TaskStatePending:
+				skip++
+				continue
 			case info.State != asynq.TaskStateScheduled && info.State != asynq.TaskStateRetry:
+				done = append(done, m)
 				continue
 			}
 			if err := p.inspector.RunTask(queue, tid); err == nil {
@@ -457,11 +467,14 @@ func (p *Producer) wake(ctx context.Context, id string, max int) (int, error) {
 			} else if !errors.Is(err, asynq.ErrTaskNotFound) {
 				return woken, err
 			}
+			done = append(done, m)
 		}
-		// Woken or not parked any more: out of the index either way. A woken
-		// task that waits again is parked anew.
-		if err := p.rdb.ZRem(ctx, k.Waiting, toAny(ids)...).Err(); err != nil {
-			return woken, err
+		// Woken or not parked any more: out of the index. A woken task that
+		// waits again is parked anew.
+		if len(done) > 0 {
+			if err := p.rdb.ZRem(ctx, k.Waiting, toAny(done)...).Err(); err != nil {
+				return woken, err
+			}
 		}
 	}
 }

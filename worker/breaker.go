@@ -118,6 +118,11 @@ func (b *background) stop() {
 	b.wg.Wait()
 }
 
+func (h *handler) waitingEmpty(ctx context.Context, k limits.GateKeys) bool {
+	n, err := h.gates.WaitingCount(ctx, k)
+	return err == nil && n == 0
+}
+
 // goDeadReports runs h's dead-letter reports until stop.
 func (b *background) goDeadReports(h *handler) {
 	b.wg.Add(1)
@@ -141,9 +146,10 @@ func (b *background) goWake(h *handler, sub string, perSecond float64, ramp time
 		keys := h.keys.Gates(sub)
 		held, err := h.gates.WaitingCount(b.ctx, keys) // what the breaker parked, and maybe a few more
 		if err != nil {
-			held = 1 << 30 // until the index is empty
+			held = 10_000 // the bound below ends it
 		}
 		start, woken, credit := time.Now(), 0, 0.0
+		bound := ramp + time.Duration(float64(held)/perSecond*float64(time.Second)) + 10*time.Second
 		t := time.NewTicker(tick)
 		defer t.Stop()
 		for {
@@ -158,7 +164,10 @@ func (b *background) goWake(h *handler, sub string, perSecond float64, ramp time
 					h.log.Warn("could not wake the events the breaker held", "subscriber_id", sub, "err", err)
 					return
 				}
-				if left, cerr := h.gates.WaitingCount(b.ctx, keys); err == nil && (int64(woken) >= held || cerr == nil && left == 0) {
+				// Done when as many as were parked are woken, or nothing is
+				// left; new entries (a retry's backoff, a rate-limit deferral)
+				// are not the breaker's to wake, so the pass is bounded too.
+				if err == nil && (int64(woken) >= held || got == 0 && h.waitingEmpty(b.ctx, keys) || time.Since(start) > bound) {
 					h.log.Debug("woke the events the breaker held", "subscriber_id", sub, "woken", woken)
 					return
 				}

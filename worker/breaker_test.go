@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,7 +76,17 @@ func TestOutageShorterThanTheHorizonDeadLettersNothing(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	time.Sleep(outage) // the outage itself: nothing to poll for
+	// asynqmon shows a held task's reason: the breaker.
+	testkit.Eventually(t, outage, "a task held by the breaker, saying so", func() bool {
+		for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
+			held, err := b.insp.ListRetryTasks(tasks.Keys(b.ns).ShardQueue("", lane, 0))
+			if err == nil && len(held) > 0 && strings.Contains(held[0].LastErr, "circuit breaker open") {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(time.Until(start.Add(outage))) // the rest of the outage: nothing to poll for
 	f.down.Store(false)
 	up := time.Now()
 	testkit.Eventually(t, 45*time.Second, "all 200 delivered after the outage", func() bool { return len(f.delivered()) == n })

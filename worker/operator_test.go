@@ -11,6 +11,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
@@ -161,5 +162,41 @@ func TestOperatorEventsDoNotReportThemselves(t *testing.T) {
 		if e.Event == nil || json.Unmarshal(e.Event.Data, &d) != nil || d.SubscriberID != "crm" {
 			t.Errorf("ops' dead letter %+v: want only reports about crm", e.Event)
 		}
+	}
+}
+
+// TestFailingWithoutABreakDisablesAndSaysSo: past DisableAfter of failing
+// without a break, the subscriber is paused with reason failing, its
+// events are held (not dead-lettered), and hooklane.subscriber.disabled
+// reaches the operator endpoint once.
+func TestFailingWithoutABreakDisablesAndSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{Breaker: limits.BreakerPolicy{Failures: 3, ProbeGap: 200 * time.Millisecond,
+		MaxProbeGap: 300 * time.Millisecond, DisableAfter: 2 * time.Second}})
+	ops := testkit.NewSink(t, nil)
+	op := b.put(t, tasks.Subscriber{ID: "ops", URL: ops.URL, EventTypes: []string{tasks.OperatorDisabled}})
+	f := newFlaky(t)
+	f.down.Store(true)
+	b.put(t, tasks.Subscriber{ID: "crm", URL: f.URL, EventTypes: []string{"t"}})
+	for i := range 10 {
+		b.publish(t, fmt.Sprintf("e%d", i), "t")
+	}
+	testkit.Eventually(t, 30*time.Second, "hooklane.subscriber.disabled", func() bool {
+		return len(operatorEvents(t, ops, op.Secrets[0])) == 1
+	})
+	got, err := b.p.GetSubscriber(context.Background(), "crm")
+	if err != nil || !got.Paused || got.PauseReason != tasks.PauseFailing {
+		t.Fatalf("disabled subscriber %+v, %v; want paused, reason failing", got, err)
+	}
+	var d worker.FailingEvent
+	if err := json.Unmarshal(operatorEvents(t, ops, op.Secrets[0])[0].Data, &d); err != nil || d.SubscriberID != "crm" ||
+		d.Reason != tasks.PauseFailing || d.At.Sub(d.FailingSince) < 2*time.Second {
+		t.Fatalf("disabled data %+v, %v; want crm, reason failing, disabled at least 2s after it began failing", d, err)
+	}
+	if n := len(b.dead(t, producer.DeadLetterQuery{Subscriber: "crm"})); n != 0 {
+		t.Fatalf("%d dead letters; want the events held by the pause", n)
+	}
+	if len(operatorEvents(t, ops, op.Secrets[0])) != 1 {
+		t.Fatal("disabled reported more than once")
 	}
 }
