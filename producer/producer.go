@@ -292,6 +292,22 @@ func (p *Producer) publish(ctx context.Context, ev tasks.Event, opts *PublishOpt
 // SendTo delivers ev to one subscriber, whatever its event filter. A paused
 // subscriber's event is held until it is resumed, unless opts.SkipPaused.
 func (p *Producer) SendTo(ctx context.Context, subscriberID string, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
+	if tasks.IsOperatorType(ev.Type) {
+		return nil, &tasks.FieldError{Field: "type", Msg: "types starting with " + tasks.OperatorPrefix + " are hooklane's own events"}
+	}
+	return p.sendTo(ctx, subscriberID, ev, opts)
+}
+
+// SendOperatorEventTo sends one of hooklane's own events (hooklane.ping:
+// the API's test endpoint) to one subscriber, whatever its filter.
+func (p *Producer) SendOperatorEventTo(ctx context.Context, subscriberID string, ev tasks.Event) (*PublishResult, error) {
+	if !tasks.IsOperatorType(ev.Type) {
+		return nil, &tasks.FieldError{Field: "type", Msg: "an operator event's type starts with " + tasks.OperatorPrefix}
+	}
+	return p.sendTo(ctx, subscriberID, ev, nil)
+}
+
+func (p *Producer) sendTo(ctx context.Context, subscriberID string, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
 	if err := p.checkEvent(&ev); err != nil {
 		return nil, err
 	}

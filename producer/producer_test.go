@@ -135,6 +135,9 @@ func TestValidationErrors(t *testing.T) {
 			t.Errorf("Publish %s: err = %v, want %v", tt.name, err, tt.want)
 		}
 	}
+	if _, err := b.p.SendTo(ctx, "s", event("e1", tasks.OperatorRecovered), nil); !errors.Is(err, producer.ErrInvalid) {
+		t.Errorf("SendTo of hooklane's own type: %v, want ErrInvalid", err)
+	}
 	if _, err := b.p.PublishOperatorEvent(ctx, event("e1", "video.trending")); !errors.Is(err, producer.ErrInvalid) {
 		t.Errorf("PublishOperatorEvent of an app type: %v, want ErrInvalid", err)
 	}

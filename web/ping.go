@@ -24,6 +24,6 @@ func (s *Server) ping(w http.ResponseWriter, r *http.Request) error {
 	_, _ = rand.Read(b[:])
 	data, _ := json.Marshal(map[string]string{"subscriber_id": id})
 	ev := tasks.Event{ID: "ping_" + hex.EncodeToString(b[:]), Type: PingType, Data: data}
-	res, err := s.p.SendTo(r.Context(), id, ev, nil)
+	res, err := s.p.SendOperatorEventTo(r.Context(), id, ev)
 	return s.writePublished(w, res, err)
 }
