@@ -21,7 +21,9 @@ import (
 //     for the jitter that makes a sender at exactly its rate draw 429s.
 //   - a receiver's RateLimit-Policy (draft-ietf-httpapi-ratelimit-headers:
 //     quota per window) caps the rate at quota/window while it says so
-//     (a_cap, requests per second; a_cap_at).
+//     (a_cap, requests per second; a_cap_at), without burst: the policy
+//     names no burst, and a sender catching up on a late request would
+//     land two at once where the receiver's bucket holds one.
 //
 // A RateLimit header saying the quota is spent (remaining 0) cools the
 // destination until its reset, as a Retry-After would, without waiting for

@@ -195,7 +195,10 @@ if rec[10] then
   local f = tonumber(rec[10]) + tonumber(ARGV[13]) * (now_ms - (tonumber(rec[11]) or now_ms))
   if f >= 1 then redis.call('HDEL', KEYS[1], 'a_f', 'a_at', 'a_why') else rate, burst = rate * f, math.max(1, math.floor(burst * f)) end
 end
-if rec[12] then rate = math.min(rate, tonumber(rec[12]) * tonumber(ARGV[7])) end
+if rec[12] then
+  local c = tonumber(rec[12]) * tonumber(ARGV[7])
+  if c < rate then rate, burst = c, 1 end
+end
 if rec[8] then
   local f = (now_ms - tonumber(rec[8])) / tonumber(ARGV[11])
   if f >= 1 then redis.call('HDEL', KEYS[1], 'b_ramp') else rate, burst = rate * math.max(f, 0.1), 1 end
