@@ -254,6 +254,11 @@ func (g *Gates) Waiting(ctx context.Context, k GateKeys, skip, n int64) ([]strin
 	return g.rdb.ZRange(ctx, k.Waiting, skip, skip+n-1).Result()
 }
 
+// WaitingAll returns every member of the waiting index, soonest first.
+func (g *Gates) WaitingAll(ctx context.Context, k GateKeys) ([]string, error) {
+	return g.rdb.ZRange(ctx, k.Waiting, 0, -1).Result()
+}
+
 // WaitingCount is how many of a subscriber's tasks are parked.
 func (g *Gates) WaitingCount(ctx context.Context, k GateKeys) (int64, error) {
 	return g.rdb.ZCard(ctx, k.Waiting).Result()

@@ -382,7 +382,7 @@ func (p *Producer) SetPaused(ctx context.Context, id string, paused bool) error 
 		err = p.listPaused(ctx, id, paused)
 	}
 	if err == nil && !paused {
-		_, err = p.wake(ctx, id, 0)
+		_, err = p.wake(ctx, id)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
@@ -397,7 +397,7 @@ func (p *Producer) resetPace(ctx context.Context, id string) error {
 		return nil
 	})
 	if err == nil {
-		_, err = p.wake(ctx, id, 0)
+		_, err = p.wake(ctx, id)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
@@ -405,16 +405,78 @@ func (p *Producer) resetPace(ctx context.Context, id string) error {
 	return nil
 }
 
-// WakeWaiting makes up to max (0: all) of the subscriber's tasks parked in
-// asynq's schedule due now, soonest first, as a resume does (the worker
-// calls it, a few at a time, when the destination's breaker closes), and
-// returns how many it woke.
-func (p *Producer) WakeWaiting(ctx context.Context, id string, max int) (int, error) {
-	n, err := p.wake(ctx, id, max)
+// WakeWaiting makes the subscriber's tasks parked in asynq's schedule due
+// now, as a resume does, and returns how many it woke.
+func (p *Producer) WakeWaiting(ctx context.Context, id string) (int, error) {
+	n, err := p.wake(ctx, id)
 	if err != nil {
 		return n, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	return n, nil
+}
+
+// WakeMembers makes the given waiting-index members of the subscriber due
+// now (the worker wakes the tasks a breaker held this way, a few at a
+// time, from a list it took when the breaker closed). It returns how many
+// it woke and the members that are running or pending (busy): a task may
+// be on its way back to the schedule, so the caller looks at those again.
+// Members no longer parked leave the index.
+func (p *Producer) WakeMembers(ctx context.Context, id string, members []string) (woken int, busy []string, err error) {
+	k := p.keys.Gates(id)
+	var done []string
+	for _, m := range members {
+		switch st, err := p.wakeOne(m); {
+		case err != nil:
+			return woken, busy, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		case st == wakeBusy:
+			busy = append(busy, m)
+		case st == wakeDone:
+			woken++
+			done = append(done, m)
+		default:
+			done = append(done, m)
+		}
+	}
+	if len(done) > 0 {
+		if err := p.rdb.ZRem(ctx, k.Waiting, toAny(done)...).Err(); err != nil {
+			return woken, busy, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+	}
+	return woken, busy, nil
+}
+
+// wakeResult is what wakeOne did with a waiting-index member.
+type wakeResult int
+
+const (
+	wakeGone wakeResult = iota // not parked any more (finished, dead, unreadable)
+	wakeBusy                   // running or pending: it parks itself again if it must
+	wakeDone                   // was parked: made due now
+)
+
+// wakeOne makes the task of waiting-index member m due now if it waits in
+// asynq's schedule. RunTask would also revive an archived (dead) task, so
+// the state is checked first.
+func (p *Producer) wakeOne(m string) (wakeResult, error) {
+	queue, tid, ok := tasks.SplitWaitingMember(m)
+	if !ok {
+		return wakeGone, nil
+	}
+	info, err := p.inspector.GetTaskInfo(queue, tid)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		return wakeGone, nil
+	case err != nil:
+		return wakeGone, err
+	case info.State == asynq.TaskStateActive || info.State == asynq.TaskStatePending:
+		return wakeBusy, nil
+	case info.State != asynq.TaskStateScheduled && info.State != asynq.TaskStateRetry:
+		return wakeGone, nil
+	}
+	if err := p.inspector.RunTask(queue, tid); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+		return wakeGone, err
+	}
+	return wakeDone, nil
 }
 
 // wake makes every task of the subscriber parked in asynq's schedule due
@@ -424,48 +486,25 @@ func (p *Producer) WakeWaiting(ctx context.Context, id string, max int) (int, er
 // it may be on its way back to the schedule (a deferral whose wake-up Admit
 // wrote just before asynq moves the task), and without the entry a later
 // wake would miss it.
-func (p *Producer) wake(ctx context.Context, id string, max int) (int, error) {
+func (p *Producer) wake(ctx context.Context, id string) (int, error) {
 	k := p.keys.Gates(id)
 	woken, skip := 0, int64(0)
 	for {
-		batch := int64(500)
-		if max > 0 {
-			batch = int64(min(max-woken, 500))
-		}
-		if batch <= 0 {
-			return woken, nil
-		}
-		ids, err := p.gates.Waiting(ctx, k, skip, batch)
+		ids, err := p.gates.Waiting(ctx, k, skip, 500)
 		if err != nil || len(ids) == 0 {
 			return woken, err
 		}
 		var done []string
 		for _, m := range ids {
-			queue, tid, ok := tasks.SplitWaitingMember(m)
-			if !ok {
-				done = append(done, m)
-				continue
-			}
-			// Only a task waiting in asynq's schedule: RunTask would also
-			// revive an archived (dead) one.
-			info, err := p.inspector.GetTaskInfo(queue, tid)
+			st, err := p.wakeOne(m)
 			switch {
-			case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-				done = append(done, m)
-				continue
 			case err != nil:
 				return woken, err
-			case info.State == asynq.TaskStateActive || info.State == asynq.TaskStatePending:
+			case st == wakeBusy:
 				skip++
 				continue
-			case info.State != asynq.TaskStateScheduled && info.State != asynq.TaskStateRetry:
-				done = append(done, m)
-				continue
-			}
-			if err := p.inspector.RunTask(queue, tid); err == nil {
+			case st == wakeDone:
 				woken++
-			} else if !errors.Is(err, asynq.ErrTaskNotFound) {
-				return woken, err
 			}
 			done = append(done, m)
 		}

@@ -118,69 +118,11 @@ func (b *background) stop() {
 	b.wg.Wait()
 }
 
-func (h *handler) waitingEmpty(ctx context.Context, k limits.GateKeys) bool {
-	n, err := h.gates.WaitingCount(ctx, k)
-	return err == nil && n == 0
-}
-
 // goDeadReports runs h's dead-letter reports until stop.
 func (b *background) goDeadReports(h *handler) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		h.runDeadReports(b.ctx)
-	}()
-}
-
-// goWake wakes the tasks the breaker held for sub, soonest first, at the
-// pace the slow start lets them be sent (a tenth of perSecond at first,
-// all of it after ramp): woken all at once, most would only be deferred
-// again by the rate limiter, a handler run each for nothing. Stopped
-// early (shutdown), it wakes the rest at once, so none waits for the far
-// wake-up the breaker's cursor gave it.
-func (b *background) goWake(h *handler, sub string, perSecond float64, ramp time.Duration) {
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		const tick = 100 * time.Millisecond
-		keys := h.keys.Gates(sub)
-		held, err := h.gates.WaitingCount(b.ctx, keys) // what the breaker parked, and maybe a few more
-		if err != nil {
-			held = 10_000 // the bound below ends it
-		}
-		start, woken, credit := time.Now(), 0, 0.0
-		bound := ramp + time.Duration(float64(held)/perSecond*float64(time.Second)) + 10*time.Second
-		t := time.NewTicker(tick)
-		defer t.Stop()
-		for {
-			f := min(max(float64(time.Since(start))/float64(ramp), 0.1), 1)
-			credit += perSecond * f * tick.Seconds()
-			if n := int(credit); n > 0 {
-				got, err := h.prod.WakeWaiting(b.ctx, sub, n)
-				woken += got
-				credit -= float64(n)
-				if err != nil && b.ctx.Err() == nil {
-					// They wake by themselves at their booked wake-ups.
-					h.log.Warn("could not wake the events the breaker held", "subscriber_id", sub, "err", err)
-					return
-				}
-				// Done when as many as were parked are woken, or nothing is
-				// left; new entries (a retry's backoff, a rate-limit deferral)
-				// are not the breaker's to wake, so the pass is bounded too.
-				if err == nil && (int64(woken) >= held || got == 0 && h.waitingEmpty(b.ctx, keys) || time.Since(start) > bound) {
-					h.log.Debug("woke the events the breaker held", "subscriber_id", sub, "woken", woken)
-					return
-				}
-			}
-			select {
-			case <-b.ctx.Done():
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				n, _ := h.prod.WakeWaiting(ctx, sub, 0)
-				cancel()
-				h.log.Debug("stopping: woke the rest of the events the breaker held", "subscriber_id", sub, "woken", woken+n)
-				return
-			case <-t.C:
-			}
-		}
 	}()
 }
