@@ -30,6 +30,9 @@ func (l Limit) String() string {
 // IsZero reports whether l is unset.
 func (l Limit) IsZero() bool { return l == Limit{} }
 
+// PerSecond is the limit's rate in requests per second.
+func (l Limit) PerSecond() float64 { return float64(l.Rate) / l.Period.Seconds() }
+
 // Interval is the time between two requests at the sustained rate.
 func (l Limit) Interval() time.Duration { return l.Period / time.Duration(l.Rate) }
 

@@ -405,16 +405,6 @@ func (p *Producer) resetPace(ctx context.Context, id string) error {
 	return nil
 }
 
-// WakeWaiting makes the subscriber's tasks parked in asynq's schedule due
-// now, as a resume does, and returns how many it woke.
-func (p *Producer) WakeWaiting(ctx context.Context, id string) (int, error) {
-	n, err := p.wake(ctx, id)
-	if err != nil {
-		return n, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	return n, nil
-}
-
 // WakeMembers makes the given waiting-index members of the subscriber due
 // now (the worker wakes the tasks a breaker held this way, a few at a
 // time, from a list it took when the breaker closed). It returns how many

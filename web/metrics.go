@@ -124,7 +124,7 @@ func (c *hooklaneCollector) collectMarked(ctx context.Context, ch chan<- prometh
 	stats := make([]*redis.MapStringStringCmd, len(ids))
 	inflight := make([]*redis.IntCmd, len(ids))
 	cool := make([]*redis.StringCmd, len(ids))
-	rec := make([]*redis.SliceCmd, len(ids))
+	rec := make([]*redis.MapStringStringCmd, len(ids))
 	var configs *redis.SliceCmd
 	var timeCmd *redis.TimeCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -133,7 +133,7 @@ func (c *hooklaneCollector) collectMarked(ctx context.Context, ch chan<- prometh
 			stats[i] = p.HGetAll(ctx, keys.Stats(id))
 			inflight[i] = s.gates.InFlightIn(ctx, p, k)
 			cool[i] = p.Get(ctx, k.Cooldown)
-			rec[i] = p.HMGet(ctx, k.Record, "paused", "b_open", "b_probe", "a_f", "a_at", "a_cap", "a_why", "a_cap_at")
+			rec[i] = p.HGetAll(ctx, k.Record) // a small hash: pause, breaker, adaptive rate
 		}
 		configs = p.HMGet(ctx, keys.SubscriberConfigs(), ids...)
 		timeCmd = p.Time(ctx) // cooldowns are kept in Redis' clock
@@ -150,28 +150,12 @@ func (c *hooklaneCollector) collectMarked(ctx context.Context, ch chan<- prometh
 		}
 		gauge(descInFlight, float64(inflight[i].Val()))
 		r := rec[i].Val()
-		if len(r) != 8 {
-			continue
-		}
-		gauge(descPaused, b2f(r[0] != nil))
-		state := 0.0
-		if r[1] != nil {
-			state = 1
-			if probe, _ := r[2].(string); limits.ParseCooldown(probe).After(now) {
-				state = 2 // the probe's slot is held until then, like a cooldown
-			}
-		}
-		gauge(descBreaker, state)
+		_, paused := r["paused"]
+		gauge(descPaused, b2f(paused))
+		gauge(descBreaker, map[string]float64{"closed": 0, "open": 1, "probing": 2}[limits.ReadBreaker(r, now).State])
 		var sub tasks.Subscriber
 		if v, _ := configs.Val()[i].(string); json.Unmarshal([]byte(v), &sub) == nil && sub.Limit.Rate > 0 {
-			fields := map[string]string{}
-			for j, f := range []string{"a_f", "a_at", "a_cap", "a_why", "a_cap_at"} {
-				if v, ok := r[3+j].(string); ok {
-					fields[f] = v
-				}
-			}
-			eff := limits.ReadEffective(fields, sub.Limit, now)
-			gauge(descEffective, eff.Rate/sub.Limit.Period.Seconds())
+			gauge(descEffective, limits.ReadEffective(r, sub.Limit, now).Rate/sub.Limit.Period.Seconds())
 		}
 		remaining := 0.0
 		if until := limits.ParseCooldown(cool[i].Val()); until.After(now) {

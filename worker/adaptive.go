@@ -34,7 +34,7 @@ func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, 
 	}
 	if rate := hint.PerSecond() * policyMargin; rate > 0 {
 		want := 0.0 // no cap: the policy allows the configured limit
-		if limitPerSecond := float64(sub.Limit.Rate) / sub.Limit.Period.Seconds(); rate < limitPerSecond {
+		if rate < sub.Limit.PerSecond() {
 			want = math.Round(rate*1000) / 1000
 		}
 		if h.caps.changed(sub.ID, want) {

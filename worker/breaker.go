@@ -45,9 +45,10 @@ func (h *handler) breakerAfter(ctx context.Context, r *run, sub *tasks.Subscribe
 	var change limits.BreakerChange
 	var since time.Time
 	var err error
+	what := describe(resp)
 	switch {
 	case endpointFailure(resp, r):
-		change, since, err = h.gates.BreakerFailed(ctx, r.keys, r.d.Gen, h.cfg.Breaker, describe(resp), r.probe)
+		change, since, err = h.gates.BreakerFailed(ctx, r.keys, r.d.Gen, h.cfg.Breaker, what, r.probe)
 	case r.probe || r.streak:
 		change, since, err = h.gates.BreakerAnswered(ctx, r.keys, r.d.Gen)
 	default:
@@ -59,20 +60,20 @@ func (h *handler) breakerAfter(ctx context.Context, r *run, sub *tasks.Subscribe
 		log.Error("could not record the outcome in the circuit breaker", "err", err)
 	case change == limits.BreakerOpened:
 		log.Warn("circuit breaker opened: endpoint failing; its events are held, one probe at a time",
-			"failing_since", since, "last_error", describe(resp))
+			"failing_since", since, "last_error", what)
 		h.index(ctx, h.keys.OpenBreakers(), r.sub, true)
-		h.breakerEvent(ctx, tasks.OperatorFailing, r.sub, since, time.Now(), describe(resp), "")
+		h.breakerEvent(ctx, tasks.OperatorFailing, r.sub, since, time.Now(), what, "")
 	case change == limits.BreakerDisabled:
 		h.subs.forget(r.sub)
 		log.Warn("subscriber disabled: its endpoint has been failing without a break", "failing_since", since,
 			"disable_after", h.cfg.Breaker.DisableAfter, "reason", tasks.PauseFailing)
 		h.index(ctx, h.keys.PausedIndex(), r.sub, true)
-		h.breakerEvent(ctx, tasks.OperatorDisabled, r.sub, since, time.Now(), describe(resp), tasks.PauseFailing)
+		h.breakerEvent(ctx, tasks.OperatorDisabled, r.sub, since, time.Now(), what, tasks.PauseFailing)
 	case change == limits.BreakerClosed:
 		log.Info("circuit breaker closed: endpoint recovered; waking its held events", "failing_since", since)
 		h.index(ctx, h.keys.OpenBreakers(), r.sub, false)
 		h.breakerEvent(ctx, tasks.OperatorRecovered, r.sub, since, time.Now(), "", "")
-		h.bg.goWake(h, r.sub, float64(sub.Limit.Rate)/sub.Limit.Period.Seconds(), h.cfg.Breaker.Ramp)
+		h.bg.goWake(h, r.sub, sub.Limit.PerSecond(), h.cfg.Breaker.Ramp)
 	}
 }
 
@@ -91,13 +92,13 @@ func (h *handler) index(ctx context.Context, set, sub string, add bool) {
 }
 
 // heldByBreaker defers a task the open breaker holds until the wake-up Admit
-// booked for it, or dead-letters it when that is past its retry horizon.
+// booked for it (and listed in the waiting index), or dead-letters it when
+// that is past its retry horizon.
 func (h *handler) heldByBreaker(d *tasks.Delivery, r *run, in time.Duration) error {
 	until := time.Now().Add(in)
 	if until.After(d.ExpiresAt) {
 		return dead(DeadHorizon, "retry horizon %s passed while the circuit breaker held the destination (its endpoint failing)", stamp(d.ExpiresAt))
 	}
-	r.retryAt = time.Time{} // Admit listed it in the waiting index
 	return &limits.DeferredError{Until: until, Gate: GateBreaker,
 		Reason: "circuit breaker open: the endpoint is failing; held without spending an attempt until a probe succeeds (next look " + stamp(until) + ")"}
 }

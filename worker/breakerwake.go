@@ -41,11 +41,13 @@ func (b *background) goWake(h *handler, sub string, perSecond float64, ramp time
 			credit += perSecond * f * tick.Seconds()
 			if n := min(int(credit), len(todo)); n > 0 {
 				got, busy, err := h.prod.WakeMembers(b.ctx, sub, todo[:n])
-				if err != nil && b.ctx.Err() == nil {
+				switch {
+				case err != nil && b.ctx.Err() == nil:
 					h.log.Warn("could not wake the events the breaker held", "subscriber_id", sub, "err", err)
 					return
+				case err == nil: // cut short by a shutdown: the rest below takes these too
+					woken, credit, todo, again = woken+got, credit-float64(n), todo[n:], append(again, busy...)
 				}
-				woken, credit, todo, again = woken+got, credit-float64(n), todo[n:], append(again, busy...)
 			}
 			select {
 			case <-b.ctx.Done():

@@ -394,10 +394,7 @@ func (h *handler) finish(ctx context.Context, d *tasks.Delivery, sub *tasks.Subs
 		if paused, err := h.gates.Pause(context.WithoutCancel(ctx), r.keys, d.Gen, tasks.PauseGone); err != nil {
 			log.Error("could not pause subscriber after 410", "err", err)
 		} else if paused {
-			// For /metrics' paused count only: the gate record holds the pause.
-			if err := h.rdb.SAdd(context.WithoutCancel(ctx), h.keys.PausedIndex(), sub.ID).Err(); err != nil {
-				log.Warn("could not list the paused subscriber in the paused index (metrics only)", "err", err)
-			}
+			h.index(context.WithoutCancel(ctx), h.keys.PausedIndex(), sub.ID, true) // /metrics' paused count
 		}
 		log.Warn("endpoint gone: subscriber paused, event dead-lettered")
 		return dead(DeadGone, "%s: subscriber paused", what)

@@ -71,13 +71,21 @@ func (h *handler) operatorEvent(ctx context.Context, typ, id string, data any) e
 	return nil
 }
 
-// breakerEvent reports a breaker change of sub as an operator event.
-func (h *handler) breakerEvent(ctx context.Context, typ, sub string, since, at time.Time, lastErr, reason string) {
-	// One of each per streak of failures: named by its start.
-	id := fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(typ, tasks.OperatorPrefix), sub, since.UnixMilli())
+// operatorEventID names the operator event of type typ about sub that
+// reports what began at: the same report sent twice is one event. Event
+// ids are at most 128 characters; the end, which tells them apart, is kept.
+func operatorEventID(typ, sub string, at time.Time) string {
+	id := fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(typ, tasks.OperatorPrefix), sub, at.UnixMilli())
 	if len(id) > 128 {
 		id = id[len(id)-128:]
 	}
+	return id
+}
+
+// breakerEvent reports a breaker change of sub as an operator event.
+func (h *handler) breakerEvent(ctx context.Context, typ, sub string, since, at time.Time, lastErr, reason string) {
+	// One of each per streak of failures: named by its start.
+	id := operatorEventID(typ, sub, since)
 	_ = h.operatorEvent(ctx, typ, id, FailingEvent{SubscriberID: sub, FailingSince: since.UTC(), LastError: lastErr,
 		At: at.UTC(), Reason: reason})
 }
@@ -179,10 +187,7 @@ func (h *handler) reportDead(ctx context.Context, sub string) error {
 		id, reason, _ := strings.Cut(s, " ")
 		ev.Sample = append(ev.Sample, DeadSample{EventID: id, Reason: reason})
 	}
-	id := fmt.Sprintf("delivery.dead-%s-%d", sub, first)
-	if len(id) > 128 {
-		id = id[len(id)-128:]
-	}
+	id := operatorEventID(tasks.OperatorDead, sub, ev.Since)
 	if err := h.operatorEvent(ctx, tasks.OperatorDead, id, ev); err != nil {
 		return err
 	}
