@@ -29,7 +29,7 @@ type bucket struct {
 }
 
 // window is a receiver with a fixed-window quota that tells, in the
-// RateLimit header, how much is left and when the window resets; it
+// RateLimit header only, how much is left and when the window resets; it
 // answers 429 past the quota.
 type window struct {
 	mu        sync.Mutex
@@ -55,7 +55,8 @@ func (w *window) respond(rw http.ResponseWriter, _ int) {
 		return
 	}
 	w.used++
-	rw.Header().Set("RateLimit-Policy", fmt.Sprintf(`"w";q=%d;w=%d`, w.quota, int(w.length.Seconds())))
+	// No RateLimit-Policy: its cap alone would keep hooklane under the
+	// quota, and the spent quota's cooldown would go untested.
 	rw.Header().Set("RateLimit", fmt.Sprintf(`"w";r=%d;t=%d`, w.quota-w.used, reset))
 }
 
