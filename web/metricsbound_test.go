@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
@@ -205,13 +207,44 @@ func TestMetricsScrapeCostIndependentOfSubscribers(t *testing.T) {
 		slices.Sort(out) // the registry runs its collectors concurrently
 		return out
 	}
+	// Redis' reply bytes for one scrape (without MONITOR, which sends
+	// every command to its own client): one command can read every
+	// subscriber too.
+	info := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { info.Close() })
+	sent := func() int64 {
+		v, _ := info.Info(ctx, "stats").Result()
+		for _, l := range strings.Split(v, "\r\n") {
+			if n, ok := strings.CutPrefix(l, "total_net_output_bytes:"); ok {
+				b, _ := strconv.ParseInt(n, 10, 64)
+				return b
+			}
+		}
+		t.Fatal("no total_net_output_bytes in INFO stats")
+		return 0
+	}
+	replyBytes := func() int64 {
+		before := sent()
+		req, _ := http.NewRequest("GET", hs.URL+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hs.Client().Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("/metrics: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		return sent() - before
+	}
 	putMany(t, p, "other", "y", 8)
 	scrapeCommands() // scripts loaded, connections opened
-	few := scrapeCommands()
+	few, fewBytes := scrapeCommands(), replyBytes()
 	putMany(t, p, "other", "y", 1008) // 1,000 more (8 rewritten)
-	many := scrapeCommands()
+	many, manyBytes := scrapeCommands(), replyBytes()
 	if !slices.Equal(few, many) {
 		t.Fatalf("a scrape ran %d commands with 10 subscribers and %d with 1,010\nwith 10: %q\nwith 1,010: %q", len(few), len(many), few, many)
+	}
+	// 1,000 ids alone would be ~17 KB of replies.
+	if manyBytes-fewBytes > 2048 {
+		t.Fatalf("a scrape read %d bytes from Redis with 10 subscribers and %d with 1,010", fewBytes, manyBytes)
 	}
 	var marked int
 	for _, l := range lines {
@@ -222,7 +255,7 @@ func TestMetricsScrapeCostIndependentOfSubscribers(t *testing.T) {
 	if marked == 0 {
 		t.Fatalf("no command of the scrape read a marked subscriber: %q", many)
 	}
-	t.Logf("a scrape: %d commands, %d of them about the 2 marked subscribers: %q", len(many), marked, many)
+	t.Logf("a scrape: %d commands, %d of them about the 2 marked subscribers, %d and %d reply bytes: %q", len(many), marked, fewBytes, manyBytes, many)
 }
 
 // HOOKLANE_METRICS_MAX_SUBSCRIBERS caps the marked subscribers that get
