@@ -248,15 +248,43 @@ func (g *Gates) UnparkIn(ctx context.Context, p redis.Pipeliner, k GateKeys, mem
 	p.ZRem(ctx, k.Waiting, member)
 }
 
-// Waiting returns up to n members of the waiting index, soonest first,
-// starting after the first skip.
-func (g *Gates) Waiting(ctx context.Context, k GateKeys, skip, n int64) ([]string, error) {
-	return g.rdb.ZRange(ctx, k.Waiting, skip, skip+n-1).Result()
+// WaitingAll returns every entry of the waiting index (member and wake-up,
+// Unix ms), soonest first: a snapshot to wake them from.
+func (g *Gates) WaitingAll(ctx context.Context, k GateKeys) ([]redis.Z, error) {
+	return g.rdb.ZRangeWithScores(ctx, k.Waiting, 0, -1).Result()
 }
 
-// WaitingAll returns every member of the waiting index, soonest first.
-func (g *Gates) WaitingAll(ctx context.Context, k GateKeys) ([]string, error) {
-	return g.rdb.ZRange(ctx, k.Waiting, 0, -1).Result()
+// KEYS[1]: waiting index. ARGV: member, wake-up, member, wake-up, … Each
+// member leaves the index only if its wake-up is still the one given.
+var unparkScript = redis.NewScript(`
+local n = 0
+for i = 1, #ARGV, 2 do
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if s and tonumber(s) == tonumber(ARGV[i + 1]) then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    n = n + 1
+  end
+end
+return n`)
+
+// Unpark removes entries read from the waiting index (with WaitingAll)
+// after their tasks were woken or found gone, except those parked anew
+// since they were read: a woken task that is held again (its breaker
+// reopened) or throttled writes a new wake-up, and its entry must stay for
+// the next wake to find it.
+func (g *Gates) Unpark(ctx context.Context, k GateKeys, entries []redis.Z) error {
+	for len(entries) > 0 {
+		n := min(len(entries), 500)
+		args := make([]any, 0, 2*n)
+		for _, z := range entries[:n] {
+			args = append(args, z.Member, strconv.FormatFloat(z.Score, 'f', -1, 64))
+		}
+		if err := unparkScript.Run(ctx, g.rdb, []string{k.Waiting}, args...).Err(); err != nil {
+			return err
+		}
+		entries = entries[n:]
+	}
+	return nil
 }
 
 // WaitingCount is how many of a subscriber's tasks are parked.

@@ -435,3 +435,36 @@ func TestWaitReplicas(t *testing.T) {
 		}
 	}
 }
+
+// A woken task can be parked again before the wake has cleaned up its
+// index entry (its breaker reopened, or it was throttled): the entry it
+// wrote anew must survive, or the next wake does not find it and the task
+// sleeps until its own far wake-up (a flapping endpoint's events were left
+// undelivered for a minute this way).
+func TestWakeKeepsEntriesParkedAnew(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 1, Period: time.Second}})
+	for i := range 4 {
+		if _, err := b.p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	k := tasks.Keys(b.ns).Gates("s")
+	snap, err := limits.NewGates(rdb).WaitingAll(ctx, k)
+	if err != nil || len(snap) < 2 {
+		t.Fatalf("waiting index = %v, %v; want the events booked later than the lead", snap, err)
+	}
+	// The first is parked anew, as its handler would after being woken.
+	again := redis.Z{Score: snap[0].Score + 60_000, Member: snap[0].Member}
+	rdb.ZAdd(ctx, k.Waiting, again)
+	woken, busy, err := b.p.WakeMembers(ctx, "s", snap)
+	if err != nil || woken != len(snap) || len(busy) != 0 {
+		t.Fatalf("WakeMembers = %d woken, %d busy, %v; want %d, 0", woken, len(busy), err, len(snap))
+	}
+	left, err := rdb.ZRangeWithScores(ctx, k.Waiting, 0, -1).Result()
+	if err != nil || len(left) != 1 || left[0] != again {
+		t.Fatalf("waiting index after the wake = %v, %v; want only the entry parked anew, %v", left, err, again)
+	}
+}

@@ -405,34 +405,38 @@ func (p *Producer) resetPace(ctx context.Context, id string) error {
 	return nil
 }
 
-// WakeMembers makes the given waiting-index members of the subscriber due
+// WakeMembers makes the given waiting-index entries of the subscriber due
 // now (the worker wakes the tasks a breaker held this way, a few at a
-// time, from a list it took when the breaker closed). It returns how many
-// it woke and the members that are running or pending (busy): a task may
-// be on its way back to the schedule, so the caller looks at those again.
-// Members no longer parked leave the index.
-func (p *Producer) WakeMembers(ctx context.Context, id string, members []string) (woken int, busy []string, err error) {
-	k := p.keys.Gates(id)
-	var done []string
-	for _, m := range members {
+// time, from a list it took with Gates.WaitingAll when the breaker
+// closed). It returns how many it woke and the entries whose tasks are
+// running or pending (busy): a task may be on its way back to the
+// schedule, so the caller looks at those again. Entries no longer parked
+// leave the index, unless parked anew since they were read.
+func (p *Producer) WakeMembers(ctx context.Context, id string, entries []redis.Z) (woken int, busy []redis.Z, err error) {
+	if woken, busy, err = p.wakeEntries(ctx, id, entries); err != nil {
+		err = fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return woken, busy, err
+}
+
+// wakeEntries is WakeMembers with Redis' own errors.
+func (p *Producer) wakeEntries(ctx context.Context, id string, entries []redis.Z) (woken int, busy []redis.Z, err error) {
+	var done []redis.Z
+	for _, z := range entries {
+		m, _ := z.Member.(string)
 		switch st, err := p.wakeOne(m); {
 		case err != nil:
-			return woken, busy, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+			return woken, busy, err
 		case st == wakeBusy:
-			busy = append(busy, m)
+			busy = append(busy, z)
 		case st == wakeDone:
 			woken++
-			done = append(done, m)
+			done = append(done, z)
 		default:
-			done = append(done, m)
+			done = append(done, z)
 		}
 	}
-	if len(done) > 0 {
-		if err := p.rdb.ZRem(ctx, k.Waiting, toAny(done)...).Err(); err != nil {
-			return woken, busy, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-		}
-	}
-	return woken, busy, nil
+	return woken, busy, p.gates.Unpark(ctx, p.keys.Gates(id), done)
 }
 
 // wakeResult is what wakeOne did with a waiting-index member.
@@ -471,41 +475,22 @@ func (p *Producer) wakeOne(m string) (wakeResult, error) {
 
 // wake makes every task of the subscriber parked in asynq's schedule due
 // now, so that it passes the gates again under the current limit and pause,
-// and returns how many it woke. A task that is no longer parked (finished,
-// dead) leaves the index. One that is running or pending keeps its entry:
-// it may be on its way back to the schedule (a deferral whose wake-up Admit
-// wrote just before asynq moves the task), and without the entry a later
-// wake would miss it.
+// and returns how many it woke. It works from a snapshot of the waiting
+// index, so a woken task parked anew (throttled again) is not chased. A task
+// that is no longer parked (finished, dead) leaves the index. One that is
+// running or pending keeps its entry: it may be on its way back to the
+// schedule (a deferral whose wake-up Admit wrote just before asynq moves
+// the task), and without the entry a later wake would miss it.
 func (p *Producer) wake(ctx context.Context, id string) (int, error) {
-	k := p.keys.Gates(id)
-	woken, skip := 0, int64(0)
-	for {
-		ids, err := p.gates.Waiting(ctx, k, skip, 500)
-		if err != nil || len(ids) == 0 {
-			return woken, err
-		}
-		var done []string
-		for _, m := range ids {
-			st, err := p.wakeOne(m)
-			switch {
-			case err != nil:
-				return woken, err
-			case st == wakeBusy:
-				skip++
-				continue
-			case st == wakeDone:
-				woken++
-			}
-			done = append(done, m)
-		}
-		// Woken or not parked any more: out of the index. A woken task that
-		// waits again is parked anew.
-		if len(done) > 0 {
-			if err := p.rdb.ZRem(ctx, k.Waiting, toAny(done)...).Err(); err != nil {
-				return woken, err
-			}
-		}
+	all, err := p.gates.WaitingAll(ctx, p.keys.Gates(id))
+	woken := 0
+	for len(all) > 0 && err == nil {
+		var got int
+		n := min(len(all), 500)
+		got, _, err = p.wakeEntries(ctx, id, all[:n])
+		woken, all = woken+got, all[n:]
 	}
+	return woken, err
 }
 
 func toAny(ss []string) []any {

@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // goWake wakes the tasks the breaker held for sub when it closed: the
@@ -26,7 +28,7 @@ func (b *background) goWake(h *handler, sub string, perSecond float64, ramp time
 		}
 		const tick = 100 * time.Millisecond
 		start, woken, credit, rounds := time.Now(), 0, 0.0, 0
-		var again []string // busy at their turn
+		var again []redis.Z // busy at their turn
 		t := time.NewTicker(tick)
 		defer t.Stop()
 		for {
