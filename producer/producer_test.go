@@ -443,7 +443,8 @@ func TestWaitReplicas(t *testing.T) {
 // undelivered for a minute this way).
 func TestWakeKeepsEntriesParkedAnew(t *testing.T) {
 	b, ctx := setup(t), context.Background()
-	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 1, Period: time.Second}})
+	// A minute apart: none comes due (and goes pending) during the test.
+	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 1, Period: time.Minute}})
 	for i := range 4 {
 		if _, err := b.p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil); err != nil {
 			t.Fatal(err)
@@ -453,8 +454,8 @@ func TestWakeKeepsEntriesParkedAnew(t *testing.T) {
 	defer rdb.Close()
 	k := tasks.Keys(b.ns).Gates("s")
 	snap, err := limits.NewGates(rdb).WaitingAll(ctx, k)
-	if err != nil || len(snap) < 2 {
-		t.Fatalf("waiting index = %v, %v; want the events booked later than the lead", snap, err)
+	if err != nil || len(snap) != 3 {
+		t.Fatalf("waiting index = %v, %v; want the 3 events past the burst", snap, err)
 	}
 	// The first is parked anew, as its handler would after being woken.
 	again := redis.Z{Score: snap[0].Score + 60_000, Member: snap[0].Member}
