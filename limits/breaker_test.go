@@ -87,7 +87,7 @@ func TestOpenBreakerHoldsTasksOnItsCursorAndLetsOneProbeOut(t *testing.T) {
 			t.Fatalf("held task %s is not in the waiting index: %v", m, err)
 		}
 	}
-	if a, err := b.g.Take(ctx, b.k, 100, time.Minute); err != nil || a.Admitted() || a.Held == 0 {
+	if a, err := b.g.Take(ctx, b.k, "", 100, time.Minute); err != nil || a.Admitted() || a.Held == 0 {
 		t.Fatalf("Take while open: %+v %v; want refused (held)", a, err)
 	}
 

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,14 +15,16 @@ import (
 // GateKeys are one subscriber's keys (tasks.Keys.Gates names them). They
 // share one Redis Cluster slot, so each script below touches one slot.
 type GateKeys struct {
-	Record   string // hash: gen, paused (reason), paused_at
-	Cooldown string // Unix ms, in Redis' clock, before which nothing is sent
-	InFlight string // sorted set: slot token → expiry (Unix ms)
-	Rate     string // GCRA theoretical arrival time, redis_rate's key and format
-	Pacing   string // pacing cursor: a GCRA theoretical arrival time in Unix ms
-	Waiting  string // sorted set: "<task id>@<queue>" → wake-up (Unix ms) of tasks parked in asynq's schedule
-	Seen     string // prefix of the publish markers (+ event id): "<gen>:<wake ms>:<queue>"
-	Fresh    string // sorted set: id → expiry (Unix ms) of the subscriber's tasks in the fresh lane
+	Record     string // hash: gen, paused (reason), paused_at
+	Cooldown   string // Unix ms, in Redis' clock, before which nothing is sent
+	InFlight   string // sorted set: slot token → expiry (Unix ms)
+	Rate       string // GCRA theoretical arrival time, redis_rate's key and format
+	Pacing     string // pacing cursor: a GCRA theoretical arrival time in Unix ms
+	Waiting    string // sorted set: "<task id>@<queue>" → wake-up (Unix ms) of tasks parked in asynq's schedule
+	Seen       string // prefix of the publish markers (+ event id): "<gen>:<wake ms>:<queue>"
+	Fresh      string // sorted set: id → expiry (Unix ms) of the subscriber's tasks in the fresh lane
+	Deliveries string // prefix of the delivery records (+ event id): hashes, see DeliveryRecord
+	Log        string // stream of the deliveries in publish order: field "e", the event id
 }
 
 // Gates are the Redis-side checks and bookkeeping of a delivery. Every
@@ -131,12 +134,16 @@ type AdmitRequest struct {
 	Reserve time.Duration
 	// Ramp is the slow start after the breaker closes (BreakerPolicy.Ramp).
 	Ramp time.Duration
+	// Record is the task's delivery record (GateKeys.Deliveries + event
+	// id): admitted, it is marked in flight and taken (see Book).
+	Record string
 }
 
 // breakerMinHold is the shortest wait of a task the open breaker holds.
 const breakerMinHold = time.Second
 
-// KEYS: 1 gate record, 2 cooldown, 3 in-flight, 4 GCRA, 5 waiting.
+// KEYS: 1 gate record, 2 cooldown, 3 in-flight, 4 GCRA, 5 waiting, 6 the
+// task's delivery record (marked in flight when admitted, if it exists).
 // ARGV: 1 generation ("" any), 2 token, 3 slot ttl ms, 4 max in-flight,
 // 5 burst, 6 rate, 7 period s, 8 reserve ms, 9 not-before Unix ms (0 none),
 // 10 waiting-index member, 11 slow-start ramp ms, 12 the shortest hold ms
@@ -222,6 +229,7 @@ redis.call('SET', KEYS[4], new_tat, 'EX', math.ceil(new_tat - now))
 redis.call('ZREM', KEYS[5], ARGV[10])
 redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[3]), ARGV[2])
 redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) + 1000)
+if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('HSET', KEYS[6], 's', 'in_flight', 'x', '1') end
 if probe then
   redis.call('HSET', KEYS[1], 'b_probe', string.format('%d', now_ms + tonumber(ARGV[3])))
   return {0, 'p'}
@@ -242,7 +250,8 @@ func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admissio
 	if !r.NotBefore.IsZero() {
 		nb = r.NotBefore.UnixMilli()
 	}
-	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Waiting}
+	// Without a record, a key of the same slot that does not exist.
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Waiting, cmp.Or(r.Record, k.Deliveries)}
 	res, err := g.comb.run(ctx, admitScript, keys, r.Gen, token, r.SlotTTL.Milliseconds(), r.MaxInFlight,
 		r.Limit.Burst, r.Limit.Rate, r.Limit.Period.Seconds(), r.Reserve.Milliseconds(), nb, r.Member,
 		max(r.Ramp, time.Millisecond).Milliseconds(), breakerMinHold.Milliseconds(), adaptIncreasePerMs)
@@ -324,8 +333,8 @@ func (g *Gates) Pause(ctx context.Context, k GateKeys, gen, reason string) (bool
 	return n == 1, err
 }
 
-// KEYS: 1 cooldown, 2 in-flight, 3 gate record. ARGV: 1 token, 2 slot ttl
-// ms, 3 max in-flight. Reply {code, detail}: 0 slot taken (detail "f": a
+// KEYS: 1 cooldown, 2 in-flight, 3 gate record, 4 delivery record (see
+// Admit). ARGV: 1 token, 2 slot ttl ms, 3 max in-flight. Reply {code, detail}: 0 slot taken (detail "f": a
 // streak of failures on record, as Admit); 3 cooling down (ms left); 4
 // every slot busy; 8 the breaker opened (ask Admit again: it holds the
 // task).
@@ -344,6 +353,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return {4, ''} end
 redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[2]), ARGV[1])
 redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + 1000)
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('HSET', KEYS[4], 's', 'in_flight', 'x', '1') end
 if b[2] then return {0, 'f'} end
 return {0, ''}`)
 
@@ -351,11 +361,11 @@ return {0, ''}`)
 // booked and whose time has come, unless the destination cools down (or
 // every slot is taken). The answer is an Admission with Token, CoolFor or
 // Busy set.
-func (g *Gates) Take(ctx context.Context, k GateKeys, maxInFlight int, ttl time.Duration) (Admission, error) {
+func (g *Gates) Take(ctx context.Context, k GateKeys, record string, maxInFlight int, ttl time.Duration) (Admission, error) {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
-	res, err := g.comb.run(ctx, takeScript, []string{k.Cooldown, k.InFlight, k.Record}, token, ttl.Milliseconds(), maxInFlight)
+	res, err := g.comb.run(ctx, takeScript, []string{k.Cooldown, k.InFlight, k.Record, cmp.Or(record, k.Deliveries)}, token, ttl.Milliseconds(), maxInFlight)
 	if err != nil {
 		return Admission{}, err
 	}

@@ -166,18 +166,18 @@ func TestAdmitRateLimitReserves(t *testing.T) {
 	// The three of the burst hold the three in-flight slots: a booked
 	// request that comes to Take waits, and takes one once it is free.
 	ctx := context.Background()
-	if got, err := b.g.Take(ctx, b.k, 3, time.Minute); err != nil || !got.Busy {
+	if got, err := b.g.Take(ctx, b.k, "", 3, time.Minute); err != nil || !got.Busy {
 		t.Fatalf("Take with every slot held: %+v, %v; want busy", got, err)
 	}
 	b.rdb.Del(ctx, b.k.InFlight)
-	if got, err := b.g.Take(ctx, b.k, 3, time.Minute); err != nil || !got.Admitted() {
+	if got, err := b.g.Take(ctx, b.k, "", 3, time.Minute); err != nil || !got.Admitted() {
 		t.Fatalf("Take with a slot free: %+v, %v", got, err)
 	}
 	// A 429 recorded meanwhile holds a booked request too.
 	if _, _, err := b.g.Cooldown(ctx, b.k, limits.RetryAfter{After: time.Minute}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := b.g.Take(ctx, b.k, 3, time.Minute); err != nil || got.CoolFor < 59*time.Second {
+	if got, err := b.g.Take(ctx, b.k, "", 3, time.Minute); err != nil || got.CoolFor < 59*time.Second {
 		t.Fatalf("Take during a cooldown: %+v, %v; want cooling", got, err)
 	}
 }
@@ -358,5 +358,48 @@ func TestBookCapsTheFreshLane(t *testing.T) {
 	}
 	if ttl := b.rdb.PTTL(ctx, b.k.Fresh).Val(); ttl <= 0 || ttl > limits.FreshTTL {
 		t.Fatalf("fresh-lane set ttl %v, want at most %v", ttl, limits.FreshTTL)
+	}
+}
+
+// The delivery record is the booking: a re-publish is a duplicate, and
+// "taken" once Admit let its task go (asynq then forgets the task, the
+// record does not); a resend books it again in the same record.
+func TestBookingRecordTakenAndResent(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	wide := limits.Limit{Rate: 1000, Burst: 1000, Period: time.Second}
+	bk := limits.Booking{Keys: b.k, Limit: wide, EventID: "e", EventType: "video.x", TaskID: "s:e", MarkerTTL: time.Minute}
+	rec := b.k.Deliveries + "e"
+	if got, err := b.g.Book(ctx, bk); err != nil || got[0].Duplicate {
+		t.Fatalf("first booking: %+v, %v", got, err)
+	}
+	h, _ := b.rdb.HGetAll(ctx, rec).Result()
+	if h["s"] != "pending" || h["t"] != "video.x" || h["g"] != "g1" || h["x"] != "" {
+		t.Fatalf("record after booking: %v", h)
+	}
+	if ttl := b.rdb.PTTL(ctx, rec).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("record ttl %v; want the marker ttl", ttl)
+	}
+	if got, _ := b.g.Book(ctx, bk); !got[0].Duplicate || got[0].Taken {
+		t.Fatalf("re-publish before any worker took it: %+v; want a duplicate, not taken", got[0])
+	}
+	if a := b.admit(t, limits.AdmitRequest{Limit: wide, MaxInFlight: 10, SlotTTL: time.Minute, Record: rec}); !a.Admitted() {
+		t.Fatalf("admit: %+v", a)
+	}
+	if s := b.rdb.HGet(ctx, rec, "s").Val(); s != "in_flight" {
+		t.Fatalf("record state after Admit: %q; want in_flight", s)
+	}
+	if got, _ := b.g.Book(ctx, bk); !got[0].Duplicate || !got[0].Taken {
+		t.Fatalf("re-publish after Admit: %+v; want a duplicate, taken", got[0])
+	}
+	bk.Resend = true
+	if got, _ := b.g.Book(ctx, bk); got[0].Duplicate {
+		t.Fatalf("resend: %+v; want booked again", got[0])
+	}
+	h, _ = b.rdb.HGetAll(ctx, rec).Result()
+	if h["s"] != "pending" || h["r"] != "1" || h["x"] != "" || h["t"] != "video.x" {
+		t.Fatalf("record after the resend: %v; want pending, one resend, not taken, the rest kept", h)
+	}
+	if n := b.rdb.XLen(ctx, b.k.Log).Val(); n != 1 {
+		t.Fatalf("%d log entries; want the one of the first publish", n)
 	}
 }

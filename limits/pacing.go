@@ -32,34 +32,47 @@ func pacingKey(k GateKeys, nb int64) string {
 	return k.Pacing + ":nb:" + strconv.FormatInt(nb/60000, 10)
 }
 
-// KEYS: 1 gate record, 2 pacing cursor, 3 waiting index, 4 publish marker,
-// 5 fresh-lane tasks (sorted set: task id → expiry Unix ms).
+// KEYS: 1 gate record, 2 pacing cursor, 3 waiting index, 4 publish marker
+// of the release before (read only), 5 fresh-lane tasks (sorted set: task
+// id → expiry Unix ms), 6 delivery record, 7 delivery log.
 // ARGV: 1 interval ms (float), 2 burst, 3 not-before Unix ms (0: now),
-// 4 marker ttl ms, 5 task id, 6 "1" to book even when paused (held), "0"
+// 4 record ttl ms, 5 task id, 6 "1" to book even when paused (held), "0"
 // to refuse then, 7 the most tasks in the fresh lane at once (0: no cap),
 // 8 how long a fresh-lane entry counts (ms), 9 fresh queue, 10 backlog
-// queue.
-// Reply {code, gen, wake Unix ms, ms from now until wake, queue, held}:
-// 0 booked; 1 duplicate (the marker of this generation exists: nothing
-// booked, wake and queue as first booked); 2 no such subscriber; 3 paused
-// (nothing written). held is "1" when booked for a paused subscriber.
+// queue, 11 event type, 12 event id, 13 "1" for a resend (a duplicate is
+// booked again, in the same record, counted in r). The log keeps an entry
+// for the record's ttl.
+// Reply {code, gen, wake Unix ms, ms from now until wake, queue, held, taken}:
+// 0 booked; 1 duplicate (booked before in this generation: nothing
+// written, wake and queue as first booked; taken "1" when a worker has
+// taken its task since, so it exists no more or will not be sent again);
+// 2 no such subscriber; 3 paused (nothing written). held is "1" when
+// booked for a paused subscriber.
 //
-// The marker makes a re-publish book nothing and go to the queue the first
-// publish chose, where asynq's task id makes it a duplicate. A task due now
-// goes to the fresh queue while fewer than ARGV[7] of the subscriber's tasks
-// are there (the worker takes a task off the set when it ends; an entry
-// counts for ARGV[8] at most, so a lost one frees itself); any other task
-// goes to the backlog queue.
+// The delivery record's booking (g, w, q) makes a re-publish book nothing
+// and go to the queue the first publish chose, where asynq's task id makes
+// it a duplicate while the task exists; once a worker took it (x), the
+// record alone does. A task due now goes to the fresh queue while fewer
+// than ARGV[7] of the subscriber's tasks are there (the worker takes a
+// task off the set when it ends; an entry counts for ARGV[8] at most, so a
+// lost one frees itself); any other task goes to the backlog queue.
 var bookScript = redis.NewScript(`
 local rec = redis.call('HMGET', KEYS[1], 'gen', 'paused')
-if not rec[1] then return {'2', '', '0', '0', '', '0'} end
-if rec[2] and ARGV[6] ~= '1' then return {'3', rec[1], '0', '0', '', '0'} end
+if not rec[1] then return {'2', '', '0', '0', '', '0', '0'} end
+if rec[2] and ARGV[6] ~= '1' then return {'3', rec[1], '0', '0', '', '0', '0'} end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local d = redis.call('HMGET', KEYS[6], 'g', 'w', 'q', 'x')
+local resend = ARGV[13] == '1' and d[1] == rec[1]
+if d[1] == rec[1] and not resend then
+  local taken = '0'
+  if d[4] then taken = '1' end
+  return {'1', d[1], d[2], string.format('%d', math.max(tonumber(d[2]) - now, 0)), d[3], '0', taken}
+end
 local seen = redis.call('GET', KEYS[4])
 if seen then
   local gen, wake, q = string.match(seen, '^([^:]*):(%d+):(.*)$')
-  if gen == rec[1] then return {'1', gen, wake, string.format('%d', math.max(tonumber(wake) - now, 0)), q, '0'} end
+  if gen == rec[1] then return {'1', gen, wake, string.format('%d', math.max(tonumber(wake) - now, 0)), q, '0', '0'} end
 end
 local nb = math.max(tonumber(ARGV[3]), now)
 local interval = tonumber(ARGV[1])
@@ -76,11 +89,22 @@ if tonumber(ARGV[3]) == 0 and wake - now < 1000 and not rec[2] then
     queue = ARGV[9]
   end
 end
-redis.call('SET', KEYS[4], rec[1] .. ':' .. string.format('%d', wake) .. ':' .. queue, 'PX', ARGV[4])
+local state, held = 'pending', '0'
+if rec[2] then state, held = 'held', '1' elseif wake - now >= 1000 then state = 'scheduled' end
+if resend then
+  redis.call('HDEL', KEYS[6], 'x', 'dl', 'nx')
+  redis.call('HINCRBY', KEYS[6], 'r', 1)
+  redis.call('HSET', KEYS[6], 'w', string.format('%d', wake), 'q', queue, 's', state, 'u', string.format('%d', nb))
+else
+  redis.call('DEL', KEYS[6])
+  redis.call('HSET', KEYS[6], 'g', rec[1], 'w', string.format('%d', wake), 'q', queue, 't', ARGV[11],
+    'p', string.format('%d', now), 'u', string.format('%d', nb), 's', state)
+  redis.call('XADD', KEYS[7], 'MINID', '~', string.format('%d', now - tonumber(ARGV[4])), '*', 'e', ARGV[12])
+  redis.call('PEXPIRE', KEYS[7], ARGV[4])
+end
+redis.call('PEXPIRE', KEYS[6], ARGV[4])
 if wake - now >= 1000 then redis.call('ZADD', KEYS[3], wake, ARGV[5] .. '@' .. queue) end
-local held = '0'
-if rec[2] then held = '1' end
-return {'0', rec[1], string.format('%d', wake), string.format('%d', wake - now), queue, held}`)
+return {'0', rec[1], string.format('%d', wake), string.format('%d', wake - now), queue, held, '0'}`)
 
 // Booking asks Book for a wake-up slot and a queue for one new task.
 type Booking struct {
@@ -89,9 +113,16 @@ type Booking struct {
 	NotBefore time.Time // zero: now
 	EventID   string    // names the publish marker
 	TaskID    string
-	// MarkerTTL is how long a re-publish books nothing and goes to the
-	// queue the first one chose: at least until asynq forgets the task
-	// (the retry horizon, then the dedup window).
+	// EventType is the event's, for its delivery record.
+	EventType string
+	// Resend books a delivery booked before again (a resend or a replay):
+	// a new series of attempts in the same delivery record.
+	Resend bool
+	// MarkerTTL is how long the delivery record (and with it the
+	// booking, so a re-publish books nothing and goes to the queue the
+	// first one chose) lives at least: the retry horizon, then the dedup
+	// window. The worker extends it by the dedup window as the delivery
+	// ends. The delivery log lists it as long.
 	MarkerTTL time.Duration
 	Held      bool // book even when the subscriber is paused
 	// FreshMax is how many of the subscriber's tasks may be in the fresh
@@ -108,6 +139,7 @@ const FreshTTL = 10 * time.Minute
 // Booked is Book's answer for one Booking.
 type Booked struct {
 	Duplicate bool   // booked before, in this generation: nothing was written
+	Taken     bool   // a duplicate whose task a worker has taken: enqueue nothing
 	Unknown   bool   // no such subscriber
 	Paused    bool   // paused and not Held: nothing was written
 	Held      bool   // booked (Held) for a paused subscriber: it waits until resumed
@@ -125,22 +157,35 @@ type Booked struct {
 // Book books a wake-up slot at or after NotBefore for each new task, in one
 // round trip (one per Cluster node).
 func (g *Gates) Book(ctx context.Context, bs ...Booking) ([]Booked, error) {
+	return g.BookWith(ctx, nil, bs...)
+}
+
+// BookWith is Book with more commands (also, if not nil, queues them) in
+// its round trip.
+func (g *Gates) BookWith(ctx context.Context, also func(redis.Pipeliner), bs ...Booking) ([]Booked, error) {
 	cmds := make([]*redis.Cmd, len(bs))
 	_, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if also != nil {
+			also(p)
+		}
 		for i, b := range bs {
 			var nb int64
 			if !b.NotBefore.IsZero() {
 				nb = b.NotBefore.UnixMilli()
 			}
-			held := "0"
+			held, resend := "0", "0"
 			if b.Held {
 				held = "1"
 			}
+			if b.Resend {
+				resend = "1"
+			}
 			ms := float64(b.Limit.Interval()) / float64(time.Millisecond)
-			keys := []string{b.Keys.Record, pacingKey(b.Keys, nb), b.Keys.Waiting, b.Keys.Seen + b.EventID, b.Keys.Fresh}
+			keys := []string{b.Keys.Record, pacingKey(b.Keys, nb), b.Keys.Waiting, b.Keys.Seen + b.EventID, b.Keys.Fresh,
+				b.Keys.Deliveries + b.EventID, b.Keys.Log}
 			// Eval, not Run: Run's NOSCRIPT fallback cannot work inside a pipeline.
 			cmds[i] = bookScript.Eval(ctx, p, keys, ms, b.Limit.Burst, nb, b.MarkerTTL.Milliseconds(), b.TaskID, held,
-				b.FreshMax, FreshTTL.Milliseconds(), b.FreshQueue, b.BacklogQueue)
+				b.FreshMax, FreshTTL.Milliseconds(), b.FreshQueue, b.BacklogQueue, b.EventType, b.EventID, resend)
 		}
 		return nil
 	})
@@ -155,7 +200,8 @@ func (g *Gates) Book(ctx context.Context, bs ...Booking) ([]Booked, error) {
 		}
 		in, _ := strconv.ParseInt(res[3], 10, 64)
 		at, _ := strconv.ParseInt(res[2], 10, 64)
-		out[i] = Booked{Gen: res[1], In: time.Duration(in) * time.Millisecond, At: time.UnixMilli(at), Queue: res[4], Held: res[5] == "1"}
+		out[i] = Booked{Gen: res[1], In: time.Duration(in) * time.Millisecond, At: time.UnixMilli(at), Queue: res[4], Held: res[5] == "1",
+			Taken: res[6] == "1"}
 		switch res[0] {
 		case "1":
 			out[i].Duplicate = true

@@ -332,7 +332,7 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 		o.Error = err.Error()
 		return o
 	}
-	res, err := p.fanOut(ctx, *e.Event, nil, []tasks.Subscriber{s}, true)
+	res, err := p.fanOutResend(ctx, *e.Event, s)
 	if err != nil {
 		o.Error = err.Error()
 		return o

@@ -5,9 +5,15 @@
 // asynq task each. The task id is derived from (subscriber id, event id), so
 // publishing the same event again — after a timeout, a crash, or a partly
 // failed fan-out — enqueues only what is missing and reports the rest as
-// duplicates. That holds while the earlier task exists: queued, retrying,
-// dead-lettered, or completed within Config.DedupWindow. Publishing is
+// duplicates: while the earlier task exists asynq refuses its id, and
+// once a worker has taken it the delivery record (kept for
+// Config.DedupWindow after the delivery ends) says so. Publishing is
 // therefore safe to repeat until it reports no failure.
+//
+// Every delivery has a record (Producer.GetDelivery, Producer.Deliveries):
+// its state, times and attempts; each event's payload is kept once for
+// Config.PayloadRetention (Producer.GetEvent), so that Producer.Resend can
+// send it again.
 //
 // Delivery is at-least-once: a worker that dies after the endpoint answered
 // but before recording it delivers again, with the same webhook-id header,

@@ -37,6 +37,17 @@ var (
 	// target's task but not enough replicas acknowledged it in time: it may
 	// be delivered, or lost if the master dies now. Publish again.
 	ErrNotReplicated = errors.New("not replicated")
+	// ErrUnknownDelivery: no delivery record of that event to that
+	// subscriber (never published to it, or past the dedup window).
+	ErrUnknownDelivery = errors.New("unknown delivery")
+	// ErrUnknownEvent: no event of that id is kept (never published, or
+	// past the payload retention).
+	ErrUnknownEvent = errors.New("unknown event")
+	// ErrPayloadExpired: a resend of an event whose payload is past its
+	// retention: there is nothing left to send.
+	ErrPayloadExpired = errors.New("payload expired")
+	// ErrDeliveryActive: a resend of a delivery that is still under way.
+	ErrDeliveryActive = errors.New("delivery still under way")
 )
 
 // Config configures a Producer. Zero fields take the defaults named.
@@ -52,8 +63,13 @@ type Config struct {
 	// Default "hooklane". A worker must use the same one.
 	Namespace string
 	// DedupWindow is how long a delivered event's id stays reserved, so a
-	// re-publish is a duplicate (asynq Retention). Default 24h.
+	// re-publish is a duplicate, and how long its delivery record (state
+	// and attempts) is kept after its delivery ends. Default 24h.
 	DedupWindow time.Duration
+	// PayloadRetention is how long an event's payload is kept, once
+	// whatever its number of subscribers, for GET /v1/events/{id} and
+	// resends. Default 24h.
+	PayloadRetention time.Duration
 	// MaxAttempts is the default number of counted attempts before an event
 	// is dead-lettered. Default 8.
 	MaxAttempts int
@@ -93,6 +109,7 @@ func (c Config) WithDefaults() Config {
 	c.RedisConfig = c.RedisConfig.WithDefaults()
 	c.Namespace = cmp.Or(c.Namespace, "hooklane")
 	c.DedupWindow = cmp.Or(c.DedupWindow, 24*time.Hour)
+	c.PayloadRetention = cmp.Or(c.PayloadRetention, 24*time.Hour)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 8)
 	c.RetryHorizon = cmp.Or(c.RetryHorizon, 24*time.Hour)
 	c.MaxDataSize = cmp.Or(c.MaxDataSize, tasks.MaxDataSize)
@@ -116,6 +133,8 @@ func (c Config) validate() error {
 	switch {
 	case c.DedupWindow < 0:
 		return errors.New("producer: DedupWindow must not be negative")
+	case c.PayloadRetention < 0:
+		return errors.New("producer: PayloadRetention must not be negative")
 	case c.MaxAttempts < 1:
 		return errors.New("producer: MaxAttempts must be at least 1")
 	case c.RetryHorizon < time.Second:
@@ -373,6 +392,16 @@ const PacingLead = 500 * time.Millisecond
 // waits until resumed); otherwise a paused subscriber is left out, reported
 // Skipped.
 func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, held bool) (*PublishResult, error) {
+	return p.fanOutAs(ctx, ev, opts, subs, held, false)
+}
+
+// fanOutResend books ev for s again (Resend, Replay), with the same id.
+func (p *Producer) fanOutResend(ctx context.Context, ev tasks.Event, s tasks.Subscriber) (*PublishResult, error) {
+	return p.fanOutAs(ctx, ev, nil, []tasks.Subscriber{s}, true, true)
+}
+
+// fanOutAs is fanOut; resend books deliveries booked before again.
+func (p *Producer) fanOutAs(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, held, resend bool) (*PublishResult, error) {
 	now := p.nowFunc()
 	var notBefore time.Time
 	if opts != nil && opts.NotBefore.After(now) {
@@ -393,13 +422,13 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 	bs := make([]limits.Booking, len(subs))
 	for i, s := range subs {
 		horizon := cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)
-		bs[i] = limits.Booking{Keys: p.keys.Gates(s.ID), Limit: s.Limit, NotBefore: notBefore, EventID: ev.ID,
-			TaskID: tasks.TaskID(s.ID, ev.ID), MarkerTTL: horizon + p.cfg.DedupWindow, Held: held,
+		bs[i] = limits.Booking{Keys: p.keys.Gates(s.ID), Limit: s.Limit, NotBefore: notBefore, EventID: ev.ID, EventType: ev.Type,
+			TaskID: tasks.TaskID(s.ID, ev.ID), MarkerTTL: horizon + p.cfg.DedupWindow, Held: held, Resend: resend,
 			FreshMax:     p.cfg.FreshMax,
 			FreshQueue:   p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneFresh, shards),
 			BacklogQueue: p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneBacklog, shards)}
 	}
-	booked, err := p.gates.Book(ctx, bs...)
+	booked, err := p.gates.BookWith(ctx, func(pl redis.Pipeliner) { p.storeEvent(ctx, pl, ev, subs) }, bs...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
@@ -410,6 +439,13 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 		t := Target{SubscriberID: s.ID, TaskID: tasks.TaskID(s.ID, ev.ID)}
 		if b.Paused { // only with SkipPaused: nothing was written
 			t.Outcome = Skipped
+			res.Targets = append(res.Targets, t)
+			continue
+		}
+		if b.Duplicate && b.Taken {
+			// A worker has taken its task: asynq may have forgotten it (it
+			// keeps none after delivery), the delivery record has not.
+			t.Outcome = Duplicate
 			res.Targets = append(res.Targets, t)
 			continue
 		}
@@ -501,7 +537,9 @@ func (p *Producer) enqueue(ctx context.Context, s tasks.Subscriber, ev tasks.Eve
 		ExpiresAt: now.Add(cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)),
 	}
 	opts := []asynq.Option{
-		asynq.TaskID(t.TaskID), asynq.Queue(b.Queue), asynq.Retention(p.cfg.DedupWindow),
+		// No Retention: the delivery record is the dedup marker and the
+		// log, at a fraction of a kept task's size.
+		asynq.TaskID(t.TaskID), asynq.Queue(b.Queue),
 		// hooklane counts attempts itself (Delivery.MaxAttempts); see tasks.AsynqMaxRetry.
 		asynq.MaxRetry(tasks.AsynqMaxRetry),
 	}

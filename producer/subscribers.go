@@ -354,7 +354,10 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 	}
 	k := p.keys.Gates(id)
 	_, err = p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
-		pl.Del(ctx, k.Record, p.keys.Stats(id), p.keys.DeadBatch(id), p.keys.DeadBatchSample(id))
+		// Its delivery records expire by themselves; the log that lists
+		// them goes now, so that a subscriber created again with this id
+		// starts an empty one.
+		pl.Del(ctx, k.Record, p.keys.Stats(id), p.keys.DeadBatch(id), p.keys.DeadBatchSample(id), k.Log)
 		p.gates.Forget(ctx, pl, k)
 		return nil
 	})

@@ -9,6 +9,17 @@ type Attempt struct {
 	Status     int       `json:"status,omitempty"` // 0: no answer (see Error)
 	RetryAfter string    `json:"retry_after,omitempty"`
 	Error      string    `json:"error,omitempty"`
+	LatencyMS  int64     `json:"latency_ms,omitempty"`
+	// AttemptsSpent is how many of the delivery's attempts (its
+	// max_attempts) were spent before this request: a 429 or a deferral
+	// spends none, a lost worker's lease one.
+	AttemptsSpent int `json:"attempts_spent,omitempty"`
+	// Body is the first bytes of the response's body (the worker's
+	// HOOKLANE_RESPONSE_BODY_BYTES), as text; invalid UTF-8 is replaced.
+	Body string `json:"body,omitempty"`
+	// NextAt is when the delivery was to be tried again after it (zero:
+	// not, or not known).
+	NextAt time.Time `json:"next_at,omitzero"`
 }
 
 // DeadLetter is a delivery that hooklane gave up on, as recorded in its own

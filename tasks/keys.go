@@ -122,13 +122,43 @@ func (ns Keys) Gates(id string) limits.GateKeys {
 		Cooldown: ns.sub(id, "cooldown"),
 		InFlight: ns.sub(id, "inflight"),
 		// redis_rate's own name for a limiter key: "rate:" + the key given.
-		Rate:    "rate:" + ns.sub(id, "gcra"),
-		Pacing:  ns.sub(id, "pacing"),
-		Waiting: ns.sub(id, "waiting"),
-		Seen:    ns.sub(id, "seen:"),
-		Fresh:   ns.sub(id, "fresh"),
+		Rate:       "rate:" + ns.sub(id, "gcra"),
+		Pacing:     ns.sub(id, "pacing"),
+		Waiting:    ns.sub(id, "waiting"),
+		Seen:       ns.sub(id, "seen:"),
+		Fresh:      ns.sub(id, "fresh"),
+		Deliveries: ns.sub(id, "d:"),
+		Log:        ns.sub(id, "log"),
 	}
 }
+
+// Delivery is the delivery record of event eventID to subscriber id, a
+// hash (see limits.DeliveryRecord for its fields): the booking that makes
+// a re-publish a duplicate, the state, the event's type and times, and
+// every attempt. Slot {<id>}: the publish script writes it with the
+// booking, the gate script marks it in flight, the worker's batched
+// writes after a request add the attempt. Owner: producer (publish,
+// resend) and worker. Lives for the dedup window after its last write
+// (and at least the retry horizon from publishing).
+func (ns Keys) Delivery(id, eventID string) string { return ns.Gates(id).Deliveries + eventID }
+
+// DeliveryLog is a stream of one subscriber's deliveries in the order they
+// were published: entry id = Redis' time of the publish, field "e" = the
+// event id; the delivery log's pages read it with XRANGE. Slot {<id>}.
+// Owner: producer (the publish script appends, trimming entries older
+// than the dedup window plus the retry horizon, and sets the stream to
+// expire as long after its last entry; deleting the subscriber deletes it).
+// Entries whose record has expired are skipped by readers.
+func (ns Keys) DeliveryLog(id string) string { return ns.Gates(id).Log }
+
+// Event is a hash holding one published event once, whatever its number
+// of subscribers: "ev" (the Event JSON), "p" (published, Unix ms) and one
+// field "s:<subscriber id>" per subscriber it was published to, so that
+// GET /v1/events/{id} finds its deliveries and a resend its payload. Slot
+// {<ns>:ev:<id>}, written in the publish's round trip. Owner: producer.
+// Lives for the payload retention (producer.Config.PayloadRetention) from
+// its first publish.
+func (ns Keys) Event(id string) string { return string(ns) + ":{" + string(ns) + ":ev:" + id + "}" }
 
 // RateLimiterKey is the key to give a redis_rate.Limiter to share the
 // subscriber's limit (redis_rate prefixes it with "rate:").

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/web"
 	"github.com/hooklane/hooklane/web/cli"
 )
@@ -107,5 +109,40 @@ func TestCLI(t *testing.T) {
 	err := b.cliRaw(t, map[string]string{"HOOKLANE_URL": b.srv.URL}, "subscribers", "list")
 	if !errors.As(err, &ae) || ae.Status != 401 || !strings.Contains(err.Error(), "unauthorized") {
 		t.Fatalf("without a token: %v", err)
+	}
+}
+
+// The delivery log from the CLI: list, get, the event, a resend.
+func TestCLIDeliveryLog(t *testing.T) {
+	b := setup(t, fastRetries)
+	s := testkit.NewSink(t, nil)
+	if err := b.cli(t, nil, "subscribers", "put", "s", "-url", s.URL); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.cli(t, nil, "publish", "-type", "t", "-id", "evt_1", "-data", `{"n":1}`); err != nil {
+		t.Fatal(err)
+	}
+	var d tasks.DeliveryRecord
+	testkit.Eventually(t, 10*time.Second, "delivered", func() bool {
+		return b.cli(t, &d, "deliveries", "get", "s", "evt_1") == nil && d.State == tasks.StateDelivered
+	})
+	if len(d.Attempts) != 1 || d.Attempts[0].Status != 200 {
+		t.Fatalf("deliveries get: %+v", d)
+	}
+	var page web.DeliveryPage
+	if err := b.cli(t, &page, "deliveries", "list", "s", "-state", "delivered", "-limit", "10"); err != nil ||
+		len(page.Deliveries) != 1 || page.Deliveries[0].EventID != "evt_1" {
+		t.Fatalf("deliveries list: %+v, %v", page, err)
+	}
+	var ev producer.EventRecord
+	if err := b.cli(t, &ev, "events", "get", "evt_1"); err != nil || ev.Event.ID != "evt_1" || len(ev.Deliveries) != 1 {
+		t.Fatalf("events get: %+v, %v", ev, err)
+	}
+	if err := b.cli(t, nil, "deliveries", "resend", "s", "evt_1"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "resent", func() bool { return s.Count() == 2 })
+	if err := b.cliRaw(t, map[string]string{"HOOKLANE_URL": b.srv.URL}, "deliveries", "get", "s"); !errors.Is(err, cli.ErrUsage) {
+		t.Fatalf("deliveries get without an event id: %v; want a usage error", err)
 	}
 }

@@ -48,6 +48,12 @@ type Config struct {
 	// 100, at most MaxMetricsSubscribers; negative (the variable set to 0):
 	// none.
 	MetricsMaxSubscribers int
+	// DedupWindow (HOOKLANE_DEDUP_WINDOW) is how long a delivery's record
+	// (and the marker that makes a re-publish a duplicate) outlives the
+	// delivery; PayloadRetention (HOOKLANE_PAYLOAD_RETENTION) how long an
+	// event's payload is kept for GET /v1/events/{id} and resends. Defaults
+	// 24h each (see producer.Config); the workers should agree.
+	DedupWindow, PayloadRetention time.Duration
 	// MaxBodyBytes caps a request body. Default 1 MiB: an event's data may
 	// be 256 KiB, and more once JSON-escaped.
 	MaxBodyBytes int64
@@ -147,6 +153,16 @@ func FromEnv() (Config, error) {
 				continue
 			}
 			*dst = n
+		}
+	}
+	for name, dst := range map[string]*time.Duration{"HOOKLANE_DEDUP_WINDOW": &c.DedupWindow, "HOOKLANE_PAYLOAD_RETENTION": &c.PayloadRetention} {
+		if v := os.Getenv(name); v != "" {
+			d, perr := time.ParseDuration(v)
+			if perr != nil || d <= 0 {
+				err = errors.Join(err, fmt.Errorf("web: %s=%q: want a positive duration such as 24h", name, v))
+				continue
+			}
+			*dst = d
 		}
 	}
 	if v := os.Getenv("HOOKLANE_METRICS_MAX_SUBSCRIBERS"); v != "" {

@@ -55,6 +55,14 @@ func toAPIError(err error) *APIError {
 		return apiErr(http.StatusNotFound, "unknown_subscriber", "", "%v", err)
 	case errors.Is(err, producer.ErrUnknownDeadLetter):
 		return apiErr(http.StatusNotFound, "unknown_dead_letter", "", "%v", err)
+	case errors.Is(err, producer.ErrUnknownDelivery):
+		return apiErr(http.StatusNotFound, "unknown_delivery", "", "%v", err)
+	case errors.Is(err, producer.ErrUnknownEvent):
+		return apiErr(http.StatusNotFound, "unknown_event", "", "%v", err)
+	case errors.Is(err, producer.ErrPayloadExpired):
+		return apiErr(http.StatusGone, "payload_expired", "", "%v", err)
+	case errors.Is(err, producer.ErrDeliveryActive):
+		return apiErr(http.StatusConflict, "delivery_active", "", "%v", err)
 	case errors.Is(err, producer.ErrPayloadTooLarge):
 		return apiErr(http.StatusRequestEntityTooLarge, "payload_too_large", "data", "%v", err)
 	case errors.Is(err, producer.ErrBadCursor):

@@ -90,21 +90,9 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
 			return apiErr(http.StatusUnprocessableEntity, "invalid", "subscriber", "not a subscriber id")
 		}
 	}
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10_000 {
-			return apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want 1-10000")
-		}
-		q.Limit = n
-	}
-	for name, dst := range map[string]*time.Time{"since": &q.Since, "until": &q.Until} {
-		if v := r.URL.Query().Get(name); v != "" {
-			t, err := time.Parse(time.RFC3339Nano, v)
-			if err != nil {
-				return apiErr(http.StatusUnprocessableEntity, "invalid", name, "want an RFC 3339 time")
-			}
-			*dst = t
-		}
+	var err error
+	if q.Limit, q.Since, q.Until, err = pageQuery(r, 10_000); err != nil {
+		return err
 	}
 	q.IncludeReplayed = r.URL.Query().Get("include_replayed") == "true"
 	q.Cursor = r.URL.Query().Get("cursor")
@@ -192,4 +180,26 @@ func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) error 
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// pageQuery reads a list's limit (1 to most, 0 when absent), since and
+// until (RFC 3339) query parameters.
+func pageQuery(r *http.Request, most int) (limit int, since, until time.Time, err error) {
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < 1 || n > most {
+			return 0, since, until, apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want 1-%d", most)
+		}
+		limit = n
+	}
+	for name, dst := range map[string]*time.Time{"since": &since, "until": &until} {
+		if v := r.URL.Query().Get(name); v != "" {
+			t, perr := time.Parse(time.RFC3339Nano, v)
+			if perr != nil {
+				return 0, since, until, apiErr(http.StatusUnprocessableEntity, "invalid", name, "want an RFC 3339 time")
+			}
+			*dst = t
+		}
+	}
+	return limit, since, until, nil
 }

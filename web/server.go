@@ -47,7 +47,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("web: %w", err)
 	}
 	s := &Server{cfg: cfg, rdb: rdb}
-	s.p, err = producer.New(&producer.Config{Redis: s.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger})
+	s.p, err = producer.New(&producer.Config{Redis: s.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger,
+		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention})
 	if err != nil {
 		s.rdb.Close()
 		return nil, err

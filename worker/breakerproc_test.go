@@ -228,7 +228,7 @@ func TestBreakerAcrossProcessesOneProbeAtATime(t *testing.T) {
 	time.Sleep(outage) // the outage itself
 	e.set(modeUp)
 	up := time.Now()
-	c := settle(t, b.insp, b.ns, "s", ids, e.Sink, 40*time.Second)
+	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, e.Sink, 40*time.Second)
 
 	var before, after []span // the outage's requests, by when they arrived
 	for _, s := range e.got() {
@@ -439,7 +439,7 @@ func TestKilledProbeLeavesTheBreakerRecoverable(t *testing.T) {
 	rest := time.Since(killed)
 	// asynq gives the killed worker's task back once its lease (30s) has
 	// been expired 30s, at its recoverer's next look (once a minute).
-	c := settle(t, b.insp, b.ns, "s", ids, e.Sink, time.Until(killed.Add(90*time.Second)))
+	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, e.Sink, time.Until(killed.Add(90*time.Second)))
 	var again time.Duration
 	for _, a := range e.Got() {
 		if a.ID == probe.id && a.Accepted {

@@ -120,11 +120,11 @@ func (s *clusterSuite) dedup(t *testing.T) {
 	}
 	for _, id := range spreadIDs {
 		testkit.Eventually(t, 10*time.Second, "completion for "+id, func() bool {
-			info, err := testkit.Task(b.insp, b.ns, tasks.TaskID(id, "evt_1"))
-			return err == nil && info.State == asynq.TaskStateCompleted
+			st, _, err := testkit.Ended(b.insp, b.rdb, b.ns, id, "evt_1")
+			return err == nil && st == asynq.TaskStateCompleted
 		})
 	}
-	// Completed, the tasks still hold their ids: a third publish is a duplicate too.
+	// Delivered, their records keep the ids: a third publish is a duplicate too.
 	for _, tg := range b.publish(t, "evt_1", "t").Targets {
 		if tg.Outcome != producer.Duplicate {
 			t.Fatalf("publish after completion: %s is %s, want duplicate", tg.SubscriberID, tg.Outcome)
@@ -255,14 +255,14 @@ func (s *clusterSuite) ssrfRefusal(t *testing.T) {
 	port := sink.URL[strings.LastIndex(sink.URL, ":")+1:]
 	b.put(t, tasks.Subscriber{ID: "fox", URL: "http://hooks.customer.test:" + port + "/hooks"})
 	b.publish(t, "e", "t")
-	var info *asynq.TaskInfo
+	var st asynq.TaskState
 	testkit.Eventually(t, 10*time.Second, "the task to end", func() bool {
 		var err error
-		info, err = testkit.Task(b.insp, b.ns, tasks.TaskID("fox", "e"))
-		return err == nil && (info.State == asynq.TaskStateArchived || info.State == asynq.TaskStateCompleted)
+		st, _, err = testkit.Ended(b.insp, b.rdb, b.ns, "fox", "e")
+		return err == nil && (st == asynq.TaskStateArchived || st == asynq.TaskStateCompleted)
 	})
-	if n := sink.Count(); n != 0 || info.State != asynq.TaskStateArchived {
-		t.Fatalf("the refused endpoint received %d requests, its task is %s; want none, archived", n, info.State)
+	if n := sink.Count(); n != 0 || st != asynq.TaskStateArchived {
+		t.Fatalf("the refused endpoint received %d requests, its task is %s; want none, archived", n, st)
 	}
 	dl := b.dead(t, producer.DeadLetterQuery{})
 	if len(dl) != 1 || dl[0].Reason != worker.DeadRefused || !strings.Contains(dl[0].Error, "127.0.0.1 is a private, loopback") {

@@ -103,9 +103,25 @@ type Config struct {
 	// between two hooklane.delivery.dead operator events of one
 	// subscriber. Default 1m.
 	DeadReportEvery time.Duration
+	// DedupWindow (HOOKLANE_DEDUP_WINDOW) is how long a delivery record
+	// (state and attempts, and the marker that makes a re-publish a
+	// duplicate) is kept after its delivery ends. Default 24h. The web
+	// process and every worker should agree.
+	DedupWindow time.Duration
+	// PayloadRetention (HOOKLANE_PAYLOAD_RETENTION) is how long the
+	// operator events this worker publishes keep their payload for a
+	// resend (producer.Config.PayloadRetention). Default 24h.
+	PayloadRetention time.Duration
+	// ResponseBody (HOOKLANE_RESPONSE_BODY_BYTES) is how much of each
+	// response's body an attempt keeps in the delivery record. Default
+	// 1024; NoResponseBody (the variable set to 0): none.
+	ResponseBody int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// NoResponseBody as Config.ResponseBody keeps no response body.
+const NoResponseBody = -1
 
 // NoWait as Config.MaxWait: no in-handler wait at all; every wait is a
 // deferral.
@@ -128,6 +144,9 @@ func (c Config) WithDefaults() Config {
 	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
 	c.ForwardInterval = cmp.Or(c.ForwardInterval, 250*time.Millisecond)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
+	c.DedupWindow = cmp.Or(c.DedupWindow, 24*time.Hour)
+	c.PayloadRetention = cmp.Or(c.PayloadRetention, 24*time.Hour)
+	c.ResponseBody = cmp.Or(c.ResponseBody, 1024)
 	c.Breaker = c.Breaker.WithDefaults()
 	c.DeadReportEvery = cmp.Or(c.DeadReportEvery, time.Minute)
 	if c.Logger == nil {
@@ -168,6 +187,8 @@ func (c Config) validate() error {
 	positive("ForwardInterval (HOOKLANE_FORWARD_INTERVAL)", c.ForwardInterval)
 	positive("ShutdownTimeout (HOOKLANE_SHUTDOWN_TIMEOUT)", c.ShutdownTimeout)
 	positive("DeadReportEvery (HOOKLANE_DEAD_REPORT_EVERY)", c.DeadReportEvery)
+	positive("DedupWindow (HOOKLANE_DEDUP_WINDOW)", c.DedupWindow)
+	positive("PayloadRetention (HOOKLANE_PAYLOAD_RETENTION)", c.PayloadRetention)
 	switch {
 	case c.MaxWait != NoWait && (c.MaxWait < 0 || c.MaxWait > 10*time.Second):
 		errs = append(errs, errors.New("worker: MaxWait (HOOKLANE_MAX_WAIT) must be between 0 (no wait) and 10s"))
@@ -179,6 +200,8 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("worker: DeadLetterRetention (HOOKLANE_DEAD_LETTER_RETENTION) must not be negative (0: keep)"))
 	case c.MaxRetryAfter < time.Second:
 		errs = append(errs, errors.New("worker: MaxRetryAfter (HOOKLANE_MAX_RETRY_AFTER) must be at least 1s"))
+	case c.ResponseBody != NoResponseBody && (c.ResponseBody < 0 || c.ResponseBody > maxResponseBody):
+		errs = append(errs, fmt.Errorf("worker: ResponseBody (HOOKLANE_RESPONSE_BODY_BYTES) must be between 0 (none) and %d", maxResponseBody))
 	case c.Shards < 0 || c.Shards > 256:
 		errs = append(errs, errors.New("worker: Shards (HOOKLANE_QUEUE_SHARDS) must be 0 (the namespace's) or 1-256"))
 	}
@@ -257,6 +280,19 @@ func FromEnv() (Config, error) {
 	durVar("HOOKLANE_BREAKER_RAMP", &c.Breaker.Ramp, 0, false)
 	durVar("HOOKLANE_DISABLE_AFTER", &c.Breaker.DisableAfter, -1, true) // 0: never
 	durVar("HOOKLANE_DEAD_REPORT_EVERY", &c.DeadReportEvery, 0, false)
+	durVar("HOOKLANE_DEDUP_WINDOW", &c.DedupWindow, 0, false)
+	durVar("HOOKLANE_PAYLOAD_RETENTION", &c.PayloadRetention, 0, false)
+	if v := os.Getenv("HOOKLANE_RESPONSE_BODY_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil || n < 0:
+			errs = append(errs, fmt.Errorf("HOOKLANE_RESPONSE_BODY_BYTES: %q is not a byte count (0: none)", v))
+		case n == 0:
+			c.ResponseBody = NoResponseBody
+		default:
+			c.ResponseBody = n
+		}
+	}
 	if v := os.Getenv("HOOKLANE_REGIONS"); v != "" {
 		for _, r := range strings.Split(v, ",") {
 			if r = strings.TrimSpace(r); r != "" {

@@ -122,7 +122,7 @@ func crashWhileHeld(t *testing.T) func(*testing.T) {
 	startProc(t, redisURL(), b.ns)
 
 	return func(t *testing.T) {
-		c := settle(t, b.insp, b.ns, "s", ids, rc, 150*time.Second)
+		c := settle(t, b.insp, b.rdb, b.ns, "s", ids, rc, 150*time.Second)
 		recovered, others := time.Duration(-1), time.Duration(0)
 		for _, h := range rc.Got() {
 			switch {
@@ -260,7 +260,7 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 	startProc(t, redisURL(), ns)
 
 	return func(t *testing.T) {
-		c := settle(t, b.insp, ns, "s", ids, rc, 150*time.Second)
+		c := settle(t, b.insp, b.rdb, ns, "s", ids, rc, 150*time.Second)
 		mu.Lock()
 		dl, firstID := deadline, first
 		mu.Unlock()
@@ -274,12 +274,12 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 				again = h.At.Sub(killedAt)
 			}
 		}
-		info, err := testkit.Task(b.insp, ns, tasks.TaskID("s", firstID))
-		if err != nil {
-			t.Fatalf("the throttled task: %v", err)
+		d, err := b.p.GetDelivery(context.Background(), "s", firstID)
+		if err != nil || len(d.Attempts) == 0 {
+			t.Fatalf("the throttled event's record: %+v, %v", d, err)
 		}
 		t.Logf("%s; throttled event sent again at kill+%.1fs (deadline kill+%.1fs), attempts spent %d; early requests %d %v",
-			c, again.Seconds(), dl.Sub(killedAt).Seconds(), info.Retried, len(early), early)
+			c, again.Seconds(), dl.Sub(killedAt).Seconds(), d.Attempts[len(d.Attempts)-1].AttemptsSpent, len(early), early)
 		if len(c.lost) > 0 || c.delivered != len(ids) || c.duplicates != 0 {
 			t.Errorf("lost %v, delivered %d of %d, %d duplicates", c.lost, c.delivered, len(ids), c.duplicates)
 		}
@@ -360,11 +360,10 @@ func TestSIGTERMDuringBurst(t *testing.T) {
 			t.Errorf("slow%03d after shutdown: %s, want pending (put back)", i, testkit.State(info, err))
 		}
 	}
-	completedAtStop := q.Completed
 	startProc(t, redisURL(), b.ns)
-	c := settle(t, b.insp, b.ns, "s", ids, rc, 30*time.Second)
-	t.Logf("%s; shutdown took %.2fs; at exit %d completed, %d pending, %d retry, %d scheduled",
-		c, took.Seconds(), completedAtStop, q.Pending, q.Retry, q.Scheduled)
+	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, rc, 30*time.Second)
+	t.Logf("%s; shutdown took %.2fs; at exit %d pending, %d retry, %d scheduled",
+		c, took.Seconds(), q.Pending, q.Retry, q.Scheduled)
 	if len(c.lost) > 0 || c.delivered != len(ids) {
 		t.Errorf("lost %v, delivered %d of %d", c.lost, c.delivered, len(ids))
 	}

@@ -113,8 +113,9 @@ func crashBeforeArchive(t *testing.T) func(*testing.T) {
 			t.Errorf("replay while the task was not dead: %+v; want it not re-sent", early)
 		}
 		testkit.Eventually(t, 150*time.Second, "the recovered task delivered", func() bool {
-			info, err := testkit.Task(b.insp, ns, id)
-			return err == nil && info.State == asynq.TaskStateCompleted
+			sub, ev, _ := tasks.SplitTaskID(id)
+			st, _, err := testkit.Ended(b.insp, b.rdb, ns, sub, ev)
+			return err == nil && st == asynq.TaskStateCompleted
 		})
 		testkit.Eventually(t, 10*time.Second, "the stale ledger entry cleared by the delivery", func() bool {
 			dl, _, err := b.p.DeadLetters(ctx, producer.DeadLetterQuery{IDs: []string{id}, IncludeReplayed: true})

@@ -34,27 +34,26 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 	if r := b.publish(t, "evt_1", "video.trending"); r.Targets[0].Outcome != producer.Duplicate {
 		t.Fatalf("second publish: %s", r.Targets[0].Outcome)
 	}
-	id := tasks.TaskID("s", "evt_1")
-	testkit.Eventually(t, 10*time.Second, "completion", func() bool {
-		info, err := testkit.Task(b.insp, b.ns, id)
-		return err == nil && info.State == asynq.TaskStateCompleted
+	testkit.Eventually(t, 10*time.Second, "the delivery recorded", func() bool {
+		d, err := b.p.GetDelivery(context.Background(), "s", "evt_1")
+		return err == nil && d.State == tasks.StateDelivered
 	})
-	// Inside the dedup window the completed task still holds its id.
+	// asynq keeps nothing of a delivered task; inside the dedup window its
+	// delivery record makes a re-publish a duplicate.
+	if _, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "evt_1")); err == nil {
+		t.Errorf("asynq still holds the delivered task")
+	}
 	if r := b.publish(t, "evt_1", "video.trending"); r.Targets[0].Outcome != producer.Duplicate {
-		t.Fatalf("publish after completion: %s", r.Targets[0].Outcome)
+		t.Fatalf("publish after delivery: %s", r.Targets[0].Outcome)
 	}
 	testkit.Eventually(t, 5*time.Second, "queue settled", func() bool { return b.settled(t) })
 	if n := s.Count(); n != 1 {
 		t.Fatalf("sink received %d requests, want exactly 1", n)
 	}
-	var info *asynq.TaskInfo
-	testkit.Eventually(t, 5*time.Second, "result written", func() bool {
-		info, _ = testkit.Task(b.insp, b.ns, id)
-		return info != nil && len(info.Result) > 0
-	})
-	var res worker.Result
-	if err := json.Unmarshal(info.Result, &res); err != nil || res.Status != 200 || res.Attempt != 1 {
-		t.Fatalf("task result %s: %v", info.Result, err)
+	d, err := b.p.GetDelivery(context.Background(), "s", "evt_1")
+	if err != nil || d.AttemptCount != 1 || len(d.Attempts) != 1 || d.Attempts[0].Status != 200 || d.DeliveredAt.IsZero() ||
+		d.EventType != "video.trending" || d.PublishedAt.IsZero() {
+		t.Fatalf("delivery record %+v, %v; want delivered after one attempt answered 200", d, err)
 	}
 }
 
@@ -136,13 +135,14 @@ func testRetryAfter(t *testing.T, header func(received time.Time) (value string,
 	if st["deferred:retry_after"] != 1 || st["delivered"] != n {
 		t.Fatalf("counters %v: want one retry_after deferral and %d delivered", st, n)
 	}
-	id := tasks.TaskID("s", first)
-	info, err := testkit.Task(b.insp, b.ns, id)
-	if err != nil {
-		t.Fatalf("throttled task: %v", err)
-	}
-	if info.Retried != 0 {
-		t.Fatalf("throttled task: retried %d; a 429 must not spend an attempt", info.Retried)
+	var d tasks.DeliveryRecord
+	testkit.Eventually(t, 5*time.Second, "the throttled event's record", func() bool {
+		var err error
+		d, err = b.p.GetDelivery(context.Background(), "s", first)
+		return err == nil && d.State == tasks.StateDelivered
+	})
+	if len(d.Attempts) != 2 || d.Attempts[0].Status != 429 || d.Attempts[1].AttemptsSpent != 0 {
+		t.Fatalf("throttled event's attempts %+v; want the 429, then the delivery with no attempt spent", d.Attempts)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -90,14 +91,6 @@ type handler struct {
 	caps   rateCaps           // the receivers' RateLimit-Policy caps written
 }
 
-// Result is what a delivered task's asynq result holds.
-type Result struct {
-	Status      int       `json:"status"`
-	LatencyMS   int64     `json:"latency_ms"`
-	Attempt     int       `json:"attempt"`
-	DeliveredAt time.Time `json:"delivered_at"`
-}
-
 // ProcessTask delivers one event to one subscriber. Whatever happens,
 // record runs: a panic is a counted failure of this task, and its slot is
 // released at once instead of after its ttl.
@@ -141,13 +134,14 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	if r.token, err = h.admit(ctx, &d, &sub, r); err != nil {
 		return err
 	}
-	resp := post(ctx, h.client, &sub, &d.Event, func(status int, hdr http.Header, at time.Time) {
+	resp := post(ctx, h.client, &sub, &d.Event, h.cfg.ResponseBody, func(status int, hdr http.Header, at time.Time) {
 		hint, _ := limits.ReadRateHint(hdr)
 		h.throttledEarly(ctx, r, status, hdr.Get("Retry-After"), hint, at)
 		h.learnRate(ctx, r, &sub, status, hint)
 	})
 	h.breakerAfter(ctx, r, &sub, resp)
-	r.attempt = &tasks.Attempt{At: resp.received, Status: resp.status, RetryAfter: resp.retryAfter}
+	r.attempt = &tasks.Attempt{At: resp.received, Status: resp.status, RetryAfter: resp.retryAfter,
+		LatencyMS: resp.latency.Milliseconds(), AttemptsSpent: r.retried, Body: strings.ToValidUTF8(string(resp.body), "\uFFFD")}
 	if resp.err != nil {
 		r.attempt.Error = resp.err.Error()
 	}
@@ -157,8 +151,6 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 			due = d.NotBefore
 		}
 		r.delivered, r.e2e, r.late = true, resp.received.Sub(d.EnqueuedAt), resp.received.Sub(due)
-		r.result, _ = json.Marshal(Result{Status: resp.status, LatencyMS: resp.latency.Milliseconds(),
-			Attempt: r.retried + 1, DeliveredAt: resp.received})
 	}
 	// The cooldown of a 429 is already written (throttledEarly), before
 	// record releases the slot: no task waiting for it can send after a 429.
@@ -253,7 +245,8 @@ func jitter(d time.Duration) time.Duration { return d + rand.N(d/4+1) }
 func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subscriber, r *run) (string, error) {
 	maxWait := h.cfg.maxWait()
 	req := limits.AdmitRequest{Gen: d.Gen, Member: r.member, NotBefore: d.NotBefore, Limit: sub.Limit,
-		MaxInFlight: sub.MaxInFlight, SlotTTL: h.cfg.RequestTimeout + maxWait + 5*time.Second, Ramp: h.cfg.Breaker.Ramp}
+		MaxInFlight: sub.MaxInFlight, SlotTTL: h.cfg.RequestTimeout + maxWait + 5*time.Second, Ramp: h.cfg.Breaker.Ramp,
+		Record: r.keys.Deliveries + d.Event.ID}
 	if maxWait > 0 {
 		// Waiting for a slot of one's own, booked ahead, is bounded and keeps
 		// the destination at its rate: it takes no place in the busy lanes.
@@ -275,7 +268,7 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 		var a limits.Admission
 		var err error
 		if reserved {
-			a, err = h.gates.Take(ctx, r.keys, sub.MaxInFlight, req.SlotTTL)
+			a, err = h.gates.Take(ctx, r.keys, req.Record, sub.MaxInFlight, req.SlotTTL)
 		} else {
 			a, err = h.gates.Admit(ctx, r.keys, req)
 		}

@@ -156,8 +156,8 @@ func TestEndlessBodyIsCut(t *testing.T) {
 	b.put(t, tasks.Subscriber{ID: "s", URL: url})
 	b.publish(t, "e", "t")
 	testkit.Eventually(t, 10*time.Second, "completed", func() bool {
-		info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e"))
-		return err == nil && info.State == asynq.TaskStateCompleted
+		st, _, err := testkit.Ended(b.insp, b.rdb, b.ns, "s", "e")
+		return err == nil && st == asynq.TaskStateCompleted
 	})
 	var took time.Duration
 	select {

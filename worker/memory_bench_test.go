@@ -18,26 +18,31 @@ import (
 	"github.com/hooklane/hooklane/worker"
 )
 
-// BenchmarkRedisBytes reports Redis' used_memory per pending task (published,
-// no worker running) and per delivered task kept for the dedup window, for
-// 10,000 events to one subscriber with a 20-byte and a 1 KiB payload, on a
-// Redis of its own: the capacity model's memory figures
-// (deploy/BENCHMARKS.md).
+// BenchmarkRedisBytes reports Redis' used_memory per pending delivery
+// (published, no worker running) and per delivered one kept for the dedup
+// window (its delivery record, its share of the event's payload kept once,
+// its log entry), for 10,000 events to one subscriber with a 20-byte and
+// a 1 KiB payload, and for 2,000 events of 2 KiB each fanned out to 5
+// subscribers (also per event), on a Redis of its own: the capacity
+// model's memory figures (deploy/BENCHMARKS.md).
 //
 //	go test -run '^$' -bench RedisBytes -benchtime 1x ./worker/
 func BenchmarkRedisBytes(b *testing.B) {
-	for _, size := range []int{20, 1024} {
-		b.Run(fmt.Sprintf("payload=%dB", size), func(b *testing.B) {
+	for _, c := range []struct{ size, subs, n int }{{20, 1, 10_000}, {1024, 1, 10_000}, {2048, 5, 2_000}} {
+		b.Run(fmt.Sprintf("payload=%dB/subscribers=%d", c.size, c.subs), func(b *testing.B) {
 			for range b.N {
-				pending, delivered := redisBytes(b, size, 10_000)
-				b.ReportMetric(pending, "bytes/pending-task")
-				b.ReportMetric(delivered, "bytes/delivered-task")
+				pending, delivered := redisBytes(b, c.size, c.subs, c.n)
+				b.ReportMetric(pending, "bytes/pending-delivery")
+				b.ReportMetric(delivered, "bytes/delivered-delivery")
+				if c.subs > 1 {
+					b.ReportMetric(delivered*float64(c.subs), "bytes/delivered-event")
+				}
 			}
 		})
 	}
 }
 
-func redisBytes(b *testing.B, size, n int) (pending, delivered float64) {
+func redisBytes(b *testing.B, size, subs, n int) (pending, delivered float64) {
 	ctx := context.Background()
 	srv, err := deploy.StartRedis(ctx, deploy.RedisOpts{})
 	if err != nil {
@@ -52,8 +57,11 @@ func redisBytes(b *testing.B, size, n int) (pending, delivered float64) {
 		b.Fatal(err)
 	}
 	sink := testkit.NewSink(b, nil)
-	if _, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: "s", URL: sink.URL, Limit: limits.PerSecond(1_000_000), MaxInFlight: 200}); err != nil {
-		b.Fatal(err)
+	for i := range subs {
+		s := tasks.Subscriber{ID: fmt.Sprintf("s%d", i), URL: sink.URL, Limit: limits.PerSecond(1_000_000), MaxInFlight: 200}
+		if _, err := p.PutSubscriber(ctx, s); err != nil {
+			b.Fatal(err)
+		}
 	}
 	data := []byte(`"` + strings.Repeat("x", size-2) + `"`)
 	base := usedMemory(b, rdb)
@@ -61,7 +69,7 @@ func redisBytes(b *testing.B, size, n int) (pending, delivered float64) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := g; i < n; i += 8 {
-				if _, err := p.SendTo(ctx, "s", tasks.Event{ID: fmt.Sprintf("e%06d", i), Type: "t", Data: data}, nil); err != nil {
+				if _, err := p.Publish(ctx, tasks.Event{ID: fmt.Sprintf("e%06d", i), Type: "t", Data: data}, nil); err != nil {
 					b.Error(err)
 					return
 				}
@@ -69,11 +77,12 @@ func redisBytes(b *testing.B, size, n int) (pending, delivered float64) {
 		})
 	}
 	wg.Wait()
-	pending = float64(usedMemory(b, rdb)-base) / float64(n)
+	deliveries := float64(n * subs)
+	pending = float64(usedMemory(b, rdb)-base) / deliveries
 	_, stop := startWorker(b, rdb, ns, worker.Config{})
-	testkit.Eventually(b, 2*time.Minute, "every delivery", func() bool { return sink.Count() == n })
+	testkit.Eventually(b, 2*time.Minute, "every delivery", func() bool { return sink.Count() == n*subs })
 	stop()
-	delivered = float64(usedMemory(b, rdb)-base) / float64(n)
+	delivered = float64(usedMemory(b, rdb)-base) / deliveries
 	return pending, delivered
 }
 

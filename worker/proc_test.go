@@ -20,9 +20,9 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
-	"github.com/hooklane/hooklane/tasks"
 )
 
 var (
@@ -305,9 +305,9 @@ func (c tally) String() string {
 }
 
 // settle waits at most timeout for every event in ids (bound for sub) to
-// end completed or archived, then counts. A completed task whose event the
+// end delivered or dead (testkit.Ended), then counts. A completed task whose event the
 // receiver never accepted is an error: it would be a silent loss.
-func settle(t testing.TB, insp *asynq.Inspector, ns, sub string, ids []string, rc *testkit.Sink, timeout time.Duration) tally {
+func settle(t testing.TB, insp *asynq.Inspector, rdb redis.UniversalClient, ns, sub string, ids []string, rc *testkit.Sink, timeout time.Duration) tally {
 	t.Helper()
 	state := map[string]asynq.TaskState{}
 	why := map[string]string{}
@@ -318,12 +318,12 @@ func settle(t testing.TB, insp *asynq.Inspector, ns, sub string, ids []string, r
 				continue
 			}
 			all = false
-			info, err := testkit.Task(insp, ns, tasks.TaskID(sub, id))
+			st, last, err := testkit.Ended(insp, rdb, ns, sub, id)
 			if err != nil {
 				why[id] = err.Error()
 				continue
 			}
-			state[id], why[id] = info.State, info.LastErr
+			state[id], why[id] = st, last
 		}
 		return all
 	}

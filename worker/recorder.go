@@ -52,6 +52,7 @@ func (h *handler) record(ctx context.Context, r *run, err error) error {
 		}
 	}
 	ctx = context.WithoutCancel(ctx)
+	r.deliveryState(err)
 	if dr != nil {
 		return h.recordDropped(ctx, r, err)
 	}
@@ -143,11 +144,9 @@ func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields [
 	for _, f := range fields {
 		inc(key, f, 1)
 	}
+	h.logDelivery(ctx, p, r)
 	if r.delivered {
 		h.leftFresh(ctx, p, r)
-		// What asynq's ResultWriter does, but in this pipeline instead of a
-		// round trip of its own.
-		resultScript.Eval(ctx, p, []string{h.keys.AsynqTask(r.queue, r.taskID)}, r.result)
 		inc(key, "e2e_sum_ms", r.e2e.Milliseconds())
 		inc(key, "late_sum_ms", r.late.Milliseconds())
 	}
@@ -170,13 +169,6 @@ func (h *handler) leftFresh(ctx context.Context, p redis.Pipeliner, r *run) {
 		h.gates.LeftFreshIn(ctx, p, r.keys, r.taskID)
 	}
 }
-
-// KEYS[1]: an asynq task hash. ARGV[1]: the result. Sets the hash's result
-// field if the task still exists: written after asynq completed the task, an
-// HSET alone would recreate the hash of a task kept without retention.
-var resultScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'result', ARGV[1]) end
-return 0`)
 
 // recorder writes finished runs' slot releases, attempts and counters to
 // Redis in batches: one pipeline for whatever finished while the previous

@@ -142,11 +142,12 @@ func testRedisRestart(t *testing.T, kill bool) {
 	// (a lost lease spends an attempt; nothing else here does).
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	start := time.Now()
-	c := settle(t, insp, ns, "s", acked, rc, 150*time.Second)
+	c := settle(t, insp, rdb, ns, "s", acked, rc, 150*time.Second)
 	took := time.Since(start)
 	recovered := 0
 	for _, id := range acked {
-		if info, err := testkit.Task(insp, ns, tasks.TaskID("s", id)); err == nil && info.Retried > 0 {
+		h, err := rdb.HGetAll(ctx, tasks.Keys(ns).Delivery("s", id)).Result()
+		if d, ok := tasks.ParseDeliveryRecord("s", id, h, true); err == nil && ok && len(d.Attempts) > 0 && d.Attempts[len(d.Attempts)-1].AttemptsSpent > 0 {
 			recovered++
 		}
 	}
@@ -246,7 +247,12 @@ func TestPublishWhenRedisGoesAway(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, "queue settled", func() bool {
 		q, err := testkit.QueueInfo(insp, ns)
-		return err == nil && q.Completed == 3 && q.Pending+q.Active+q.Scheduled+q.Retry == 0
+		for id := range rcs {
+			if st, _, err := testkit.Ended(insp, rdb, ns, id, "e1"); err != nil || st != asynq.TaskStateCompleted {
+				return false
+			}
+		}
+		return err == nil && q.Pending+q.Active+q.Scheduled+q.Retry == 0
 	})
 	for id, rc := range rcs {
 		if n := len(rc.Got()); n != 1 {

@@ -48,7 +48,8 @@ type response struct {
 	retryAfter string
 	received   time.Time
 	latency    time.Duration
-	err        error // transport error: no status
+	body       []byte // the first Config.ResponseBody bytes of the body
+	err        error  // transport error: no status
 }
 
 // sign returns the webhook-signature header value: one "v1,<base64>" per
@@ -70,10 +71,10 @@ func sign(secrets []string, msgID string, ts time.Time, body []byte) (string, er
 }
 
 // post sends ev to sub, signed, and reads at most maxResponseBody of the
-// answer. headers, when not nil, runs as soon as the status line and
+// answer, keeping its first keep bytes. headers, when not nil, runs as soon as the status line and
 // headers are in, before the body is read: a 429's cooldown is recorded
 // then, not after up to 64 KiB of body, while other requests could slip out.
-func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *tasks.Event, headers func(status int, h http.Header, at time.Time)) response {
+func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *tasks.Event, keep int, headers func(status int, h http.Header, at time.Time)) response {
 	body, err := json.Marshal(ev) // {id, type, timestamp, data}
 	if err != nil {
 		return response{err: err}
@@ -108,10 +109,17 @@ func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *t
 	if headers != nil {
 		headers(resp.StatusCode, resp.Header, received)
 	}
-	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxResponseBody))
+	var kept bytes.Buffer
+	rest := io.LimitReader(resp.Body, maxResponseBody)
+	_, err = io.CopyN(&kept, rest, int64(max(keep, 0)))
+	if err == nil {
+		_, err = io.Copy(io.Discard, rest)
+	} else if errors.Is(err, io.EOF) {
+		err = nil
+	}
 	resp.Body.Close()
 	r := response{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"),
-		received: received, latency: time.Since(start)}
+		received: received, latency: time.Since(start), body: kept.Bytes()}
 	if err != nil && resp.StatusCode/100 != 2 {
 		r.err = fmt.Errorf("HTTP %d, then reading the body: %w", resp.StatusCode, err)
 	}

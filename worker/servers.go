@@ -163,7 +163,8 @@ func (w *Worker) startServers(ctx context.Context) (*servers, error) {
 // migrate carries what the release before left in the namespace over to
 // this layout (producer.Migrate), before any task of its is delivered.
 func (w *Worker) migrate(ctx context.Context) error {
-	p, err := producer.New(&producer.Config{Redis: w.rdb, Namespace: w.cfg.Namespace, Logger: w.cfg.Logger})
+	p, err := producer.New(&producer.Config{Redis: w.rdb, Namespace: w.cfg.Namespace, Logger: w.cfg.Logger,
+		DedupWindow: w.cfg.DedupWindow, PayloadRetention: w.cfg.PayloadRetention})
 	if err != nil {
 		return err
 	}

@@ -30,9 +30,9 @@ func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 	publishOne(t, p, "e")
 	<-entered
 	stop() // as on SIGTERM, while the request is held open
-	info, err := testkit.Task(asynq.NewInspectorFromRedisClient(rdb), ns, tasks.TaskID("s", "e"))
-	if err != nil || info.State != asynq.TaskStateCompleted {
-		t.Fatalf("after shutdown the task is %s, want completed", testkit.State(info, err))
+	st, last, err := testkit.Ended(asynq.NewInspectorFromRedisClient(rdb), rdb, ns, "s", "e")
+	if err != nil || st != asynq.TaskStateCompleted {
+		t.Fatalf("after shutdown the task is %v (%s, %v), want delivered", st, last, err)
 	}
 }
 

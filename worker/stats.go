@@ -78,13 +78,14 @@ type run struct {
 	probe       bool          // sent as the open breaker's probe
 	streak      bool          // sent while failures in a row were on record
 	delivered   bool          // 2xx
-	result      []byte        // the asynq task result of a delivery (Result JSON)
 	retried     int           // attempts spent before this run (asynq's count: lost leases included)
 	e2e         time.Duration // publish → delivery
 	late        time.Duration // due (publish or not-before) → delivery
 	coolUntil   time.Time     // a 429's cooldown, in Redis' clock, once recorded
 	coolLocal   time.Time     // the same deadline in this process's clock
 	retryAt     time.Time     // a counted failure's next attempt, or a 429's deadline: parked then
+	state       string        // the state the run leaves its delivery in ("" unchanged)
+	next        time.Time     // when the delivery is tried next
 }
 
 // LatencyBuckets are the upper bounds, in seconds, of the delivery latency

@@ -61,7 +61,8 @@ func New(cfg Config) (*Worker, error) {
 		room: newWaitRoom(cfg.MaxWaiters, cfg.MaxWaiting), subs: newSubCache(time.Second), log: cfg.Logger, stats: &w.stats,
 	}
 	var err error
-	if h.prod, err = producer.New(&producer.Config{Redis: w.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger}); err != nil {
+	if h.prod, err = producer.New(&producer.Config{Redis: w.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger,
+		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention}); err != nil {
 		w.closeRDB()
 		return nil, err
 	}

@@ -24,6 +24,9 @@ const Usage = `operator commands (over the API at $HOOKLANE_URL, default http://
   hooklane subscribers get|status|delete|pause|resume ID
   hooklane subscribers put ID -url URL [-events a,b.*] [-rate N -burst N -period 1s] [-max-in-flight N] [-max-attempts N] [-secret whsec_…] [-metrics]
   hooklane subscribers rotate ID [-grace 24h]
+  hooklane deliveries list SUBSCRIBER [-state S] [-since T] [-until T] [-limit N] [-cursor C]
+  hooklane deliveries get|resend SUBSCRIBER EVENT_ID
+  hooklane events get EVENT_ID
   hooklane dead-letters list [-subscriber ID] [-limit N]
   hooklane dead-letters replay -subscriber ID | -id TASK_ID [-id …] | -all  [-since T] [-until T]`
 
@@ -32,7 +35,7 @@ var ErrUsage = errors.New("usage")
 
 // IsCLICommand reports whether CLI handles the command name.
 func IsCommand(name string) bool {
-	return name == "publish" || name == "subscribers" || name == "dead-letters"
+	return name == "publish" || name == "subscribers" || name == "dead-letters" || name == "deliveries" || name == "events"
 }
 
 // Run runs an operator command (see Usage) and writes the API's answer
@@ -75,6 +78,13 @@ func RunWith(ctx context.Context, c *Client, args []string, stdout io.Writer) er
 		return subscribersCLI(ctx, c, rest, out)
 	case "dead-letters":
 		return deadLettersCLI(ctx, c, rest, out)
+	case "deliveries":
+		return deliveriesCLI(ctx, c, rest, out)
+	case "events":
+		if len(rest) != 2 || rest[0] != "get" {
+			return fmt.Errorf("%w: events: want get EVENT_ID", ErrUsage)
+		}
+		return out(c.Event(ctx, rest[1]))
 	}
 	return ErrUsage
 }
@@ -227,4 +237,34 @@ func deadLettersCLI(ctx context.Context, c *Client, args []string, out func(any,
 		return out(c.ReplayAll(ctx, req))
 	}
 	return fmt.Errorf("%w: dead-letters %s", ErrUsage, args[0])
+}
+
+func deliveriesCLI(ctx context.Context, c *Client, args []string, out func(any, error) error) error {
+	if len(args) < 2 {
+		return fmt.Errorf("%w: deliveries: want list SUBSCRIBER, or get|resend SUBSCRIBER EVENT_ID", ErrUsage)
+	}
+	cmd, sub, rest := args[0], args[1], args[2:]
+	switch cmd {
+	case "list":
+		fs := newFlags("deliveries list")
+		var q DeliveryQuery
+		fs.StringVar(&q.State, "state", "", "only this state: scheduled, pending, in_flight, retrying, cooling, held, delivered, dead")
+		fs.StringVar(&q.Since, "since", "", "published at or after this RFC 3339 time")
+		fs.StringVar(&q.Until, "until", "", "published before this RFC 3339 time")
+		fs.StringVar(&q.Cursor, "cursor", "", "the next_cursor of the page before, to go on")
+		fs.IntVar(&q.Limit, "limit", 0, "at most this many (default 100)")
+		if err := fs.Parse(rest); err != nil || fs.NArg() != 0 {
+			return fmt.Errorf("%w: deliveries list: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
+		}
+		return out(c.Deliveries(ctx, sub, q))
+	case "get", "resend":
+		if len(rest) != 1 {
+			return fmt.Errorf("%w: deliveries %s: want SUBSCRIBER EVENT_ID", ErrUsage, cmd)
+		}
+		if cmd == "get" {
+			return out(c.Delivery(ctx, sub, rest[0]))
+		}
+		return out(c.Resend(ctx, sub, rest[0]))
+	}
+	return fmt.Errorf("%w: deliveries %s", ErrUsage, cmd)
 }

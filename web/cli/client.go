@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/web"
 )
 
@@ -187,4 +188,48 @@ func (c *Client) ReplayAll(ctx context.Context, r web.ReplayRequest) ([]producer
 		}
 		r.Cursor = page.NextCursor
 	}
+}
+
+// DeliveryQuery selects a page of a subscriber's deliveries (see GET
+// /v1/subscribers/{id}/deliveries). Zero fields do not filter.
+type DeliveryQuery struct {
+	State, Since, Until, Cursor string
+	Limit                       int
+}
+
+// Deliveries lists one page of subscriber sub's deliveries, newest first.
+func (c *Client) Deliveries(ctx context.Context, sub string, dq DeliveryQuery) (web.DeliveryPage, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"state": dq.State, "since": dq.Since, "until": dq.Until, "cursor": dq.Cursor} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if dq.Limit > 0 {
+		q.Set("limit", strconv.Itoa(dq.Limit))
+	}
+	var out web.DeliveryPage
+	_, err := c.do(ctx, "GET", subPath(sub)+"/deliveries?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// Delivery returns event ev's delivery to subscriber sub, with attempts.
+func (c *Client) Delivery(ctx context.Context, sub, ev string) (tasks.DeliveryRecord, error) {
+	var out tasks.DeliveryRecord
+	_, err := c.do(ctx, "GET", subPath(sub)+"/deliveries/"+url.PathEscape(ev), nil, &out)
+	return out, err
+}
+
+// Resend sends event ev to subscriber sub again, with the same webhook-id.
+func (c *Client) Resend(ctx context.Context, sub, ev string) (*producer.PublishResult, error) {
+	var res producer.PublishResult
+	_, err := c.do(ctx, "POST", subPath(sub)+"/deliveries/"+url.PathEscape(ev)+"/resend", nil, &res)
+	return &res, err
+}
+
+// Event returns event id with each subscriber's delivery.
+func (c *Client) Event(ctx context.Context, id string) (producer.EventRecord, error) {
+	var out producer.EventRecord
+	_, err := c.do(ctx, "GET", "/v1/events/"+url.PathEscape(id), nil, &out)
+	return out, err
 }

@@ -1,0 +1,260 @@
+package producer
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// The delivery log: one record per (subscriber, event) in the
+// subscriber's slot (tasks.Keys.Delivery), written by the publish that
+// books it, marked in flight by the gate that admits it and completed by
+// the worker's writes after each request, all in round trips they already
+// make; a stream per subscriber lists them in publish order
+// (tasks.Keys.DeliveryLog); each event's payload is kept once
+// (tasks.Keys.Event).
+
+// GetDelivery returns the record of event eventID's delivery to
+// subscriber sub, with its attempts.
+func (p *Producer) GetDelivery(ctx context.Context, sub, eventID string) (tasks.DeliveryRecord, error) {
+	if err := tasks.ValidateSubscriberID(sub); err != nil {
+		return tasks.DeliveryRecord{}, err
+	}
+	if err := tasks.ValidateEventID(eventID); err != nil {
+		return tasks.DeliveryRecord{}, err
+	}
+	h, err := p.rdb.HGetAll(ctx, p.keys.Delivery(sub, eventID)).Result()
+	if err != nil {
+		return tasks.DeliveryRecord{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	d, ok := tasks.ParseDeliveryRecord(sub, eventID, h, true)
+	if !ok {
+		return d, fmt.Errorf("%w: event %s to subscriber %s", ErrUnknownDelivery, eventID, sub)
+	}
+	return d, nil
+}
+
+// DeliveryQuery selects a subscriber's deliveries. Zero fields do not
+// filter.
+type DeliveryQuery struct {
+	State string    // one of tasks.States
+	Since time.Time // published at or after
+	Until time.Time // published before
+	// Limit caps a page: default 100, at most 1,000.
+	Limit int
+	// Cursor continues where the page that returned it ended ("": from the
+	// newest). Opaque.
+	Cursor string
+}
+
+// Deliveries returns a page of subscriber sub's deliveries, newest
+// published first, without their attempts, and the cursor of the next page
+// ("" when there is none). A page reads at most ten times Limit log
+// entries, so its cost is bounded however many the state filter skips: it
+// may hold fewer than Limit (even none) and still have a next one.
+func (p *Producer) Deliveries(ctx context.Context, sub string, q DeliveryQuery) ([]tasks.DeliveryRecord, string, error) {
+	if q.State != "" && !slices.Contains(tasks.States, q.State) {
+		return nil, "", &tasks.FieldError{Field: "state", Msg: "want one of " + strings.Join(tasks.States, ", ")}
+	}
+	if _, err := p.GetSubscriber(ctx, sub); err != nil {
+		return nil, "", err
+	}
+	n := q.Limit
+	if n <= 0 {
+		n = 100
+	}
+	n = min(n, 1000)
+	hi, lo := "+", "-"
+	if !q.Until.IsZero() {
+		hi = "(" + strconv.FormatInt(q.Until.UnixMilli(), 10)
+	}
+	if !q.Since.IsZero() {
+		lo = strconv.FormatInt(q.Since.UnixMilli(), 10)
+	}
+	if q.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+		if err != nil || !validStreamID(string(b)) {
+			return nil, "", fmt.Errorf("%w: %q", ErrBadCursor, q.Cursor)
+		}
+		hi = "(" + string(b)
+	}
+	log := p.keys.DeliveryLog(sub)
+	var out []tasks.DeliveryRecord
+	for budget := 10 * n; len(out) < n && budget > 0; {
+		batch := min(n-len(out), budget)
+		entries, err := p.rdb.XRevRangeN(ctx, log, hi, lo, int64(batch)).Result()
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+		budget -= len(entries)
+		recs, err := p.readRecords(ctx, sub, entries)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, r := range recs {
+			if q.State == "" || r.State == q.State {
+				out = append(out, r)
+			}
+		}
+		if len(entries) < batch {
+			return out, "", nil
+		}
+		hi = "(" + entries[len(entries)-1].ID
+	}
+	return out, base64.RawURLEncoding.EncodeToString([]byte(hi[1:])), nil
+}
+
+// validStreamID reports whether s is a Redis stream id ("<ms>-<seq>").
+func validStreamID(s string) bool {
+	ms, seq, ok := strings.Cut(s, "-")
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return ok && err1 == nil && err2 == nil
+}
+
+// readRecords reads the records the log entries name, in one round trip;
+// entries whose record is gone (past its retention) are left out.
+func (p *Producer) readRecords(ctx context.Context, sub string, entries []redis.XMessage) ([]tasks.DeliveryRecord, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(entries))
+	if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, e := range entries {
+			id, _ := e.Values["e"].(string)
+			cmds[i] = pl.HGetAll(ctx, p.keys.Delivery(sub, id))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	out := make([]tasks.DeliveryRecord, 0, len(entries))
+	for i, e := range entries {
+		id, _ := e.Values["e"].(string)
+		if r, ok := tasks.ParseDeliveryRecord(sub, id, cmds[i].Val(), false); ok {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// EventRecord is a published event as kept for its payload retention,
+// with its delivery to each subscriber it was published to.
+type EventRecord struct {
+	Event       tasks.Event            `json:"event"`
+	PublishedAt time.Time              `json:"published_at"`
+	Deliveries  []tasks.DeliveryRecord `json:"deliveries"`
+}
+
+// GetEvent returns event id and the state of its delivery to each
+// subscriber it was published to (whose record is still kept), by
+// subscriber id. Its cost grows with the event's subscribers only.
+func (p *Producer) GetEvent(ctx context.Context, id string) (EventRecord, error) {
+	if err := tasks.ValidateEventID(id); err != nil {
+		return EventRecord{}, err
+	}
+	ev, subs, published, err := p.storedEvent(ctx, id)
+	if err != nil {
+		return EventRecord{}, err
+	}
+	out := EventRecord{Event: ev, PublishedAt: published, Deliveries: []tasks.DeliveryRecord{}}
+	cmds := make([]*redis.MapStringStringCmd, len(subs))
+	if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, s := range subs {
+			cmds[i] = pl.HGetAll(ctx, p.keys.Delivery(s, id))
+		}
+		return nil
+	}); err != nil {
+		return EventRecord{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	for i, s := range subs {
+		if r, ok := tasks.ParseDeliveryRecord(s, id, cmds[i].Val(), false); ok {
+			out.Deliveries = append(out.Deliveries, r)
+		}
+	}
+	return out, nil
+}
+
+// storedEvent reads event id's hash: the event, its subscribers (sorted)
+// and when it was first published.
+func (p *Producer) storedEvent(ctx context.Context, id string) (tasks.Event, []string, time.Time, error) {
+	h, err := p.rdb.HGetAll(ctx, p.keys.Event(id)).Result()
+	if err != nil {
+		return tasks.Event{}, nil, time.Time{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	var ev tasks.Event
+	if len(h) == 0 || json.Unmarshal([]byte(h["ev"]), &ev) != nil {
+		return ev, nil, time.Time{}, fmt.Errorf("%w: %s (never published, or past the payload retention of %s)",
+			ErrUnknownEvent, id, p.cfg.PayloadRetention)
+	}
+	var subs []string
+	for f := range h {
+		if s, ok := strings.CutPrefix(f, "s:"); ok {
+			subs = append(subs, s)
+		}
+	}
+	slices.Sort(subs)
+	ms, _ := strconv.ParseInt(h["p"], 10, 64)
+	return ev, subs, time.UnixMilli(ms).UTC(), nil
+}
+
+// Resend sends event eventID to subscriber sub again, with the same
+// webhook-id: a new series of attempts in the same delivery record, for a
+// delivery that ended (delivered or dead; a dead one is replayed from the
+// dead-letter ledger). It is refused with ErrDeliveryActive while the
+// delivery is under way, and with ErrPayloadExpired once the event's
+// payload is past its retention.
+func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, error) {
+	rec, err := p.GetDelivery(ctx, sub, eventID)
+	if err != nil {
+		return Target{}, err
+	}
+	switch rec.State {
+	case tasks.StateDead:
+		// Replayed from its ledger entry, if it has one (the entry is marked
+		// replayed, its archived task freed).
+		entries, err := p.readEntries(ctx, []string{tasks.TaskID(sub, eventID)}, nil, DeadLetterQuery{IncludeReplayed: true})
+		if err != nil {
+			return Target{}, err
+		}
+		if len(entries) == 1 && entries[0].Event != nil {
+			o := p.replayOne(ctx, entries[0])
+			t := Target{SubscriberID: sub, TaskID: o.TaskID, Outcome: o.Outcome}
+			if o.Outcome == Failed || o.Outcome == NotDead {
+				return t, fmt.Errorf("resend of %s to %s: %s", eventID, sub, o.Error)
+			}
+			return t, nil
+		}
+	case tasks.StateDelivered:
+	default:
+		return Target{}, fmt.Errorf("%w: the delivery of %s to %s is %s: it is still being delivered, nothing is sent again",
+			ErrDeliveryActive, eventID, sub, rec.State)
+	}
+	ev, _, _, err := p.storedEvent(ctx, eventID)
+	if errors.Is(err, ErrUnknownEvent) {
+		return Target{}, fmt.Errorf("%w: event %s's payload is past its retention of %s: nothing left to send",
+			ErrPayloadExpired, eventID, p.cfg.PayloadRetention)
+	}
+	if err != nil {
+		return Target{}, err
+	}
+	s, err := p.GetSubscriber(ctx, sub)
+	if err != nil {
+		return Target{}, err
+	}
+	res, err := p.fanOutResend(ctx, ev, s)
+	if err != nil {
+		return Target{}, err
+	}
+	return res.Targets[0], nil
+}

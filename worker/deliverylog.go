@@ -1,0 +1,86 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// KEYS[1]: a delivery record (tasks.Keys.Delivery). ARGV: 1 state, 2 next
+// attempt Unix ms ("" none), 3 delivered Unix ms ("" not), 4 the attempt's
+// field ("" no attempt), 5 the attempt (Attempt JSON), 6 ttl ms from now
+// (0: keep the record's). A record that does not exist (a task of the
+// release before, or past its retention) is not created.
+var deliveryScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 's', ARGV[1])
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'nx', ARGV[2]) else redis.call('HDEL', KEYS[1], 'nx') end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'dl', ARGV[3]) end
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], ARGV[4], ARGV[5])
+  redis.call('HINCRBY', KEYS[1], 'n', 1)
+end
+if tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
+return 1`)
+
+// deliveryState sets the state the run leaves its delivery in (see
+// tasks.DeliveryRecord) from its outcome err, and when it is tried next.
+func (r *run) deliveryState(err error) {
+	var d *limits.DeferredError
+	var re *RetryError
+	switch {
+	case err == nil:
+		r.state = tasks.StateDelivered
+	case errors.As(err, &d):
+		r.next = d.Until
+		switch d.Gate {
+		case GateBreaker, GatePaused:
+			r.state = tasks.StateHeld
+		case GateCooldown, GateRetryAfter:
+			r.state = tasks.StateCooling
+		default: // rate limit, not-before, in-flight: waiting for its turn
+			r.state = tasks.StateScheduled
+		}
+	case errors.Is(err, asynq.SkipRetry):
+		r.state = tasks.StateDead
+	case errors.As(err, &re):
+		r.state, r.next = tasks.StateRetrying, r.retryAt
+	}
+	// An infrastructure error or a shutdown changes nothing: the task is
+	// tried again as it was.
+}
+
+// logDelivery queues the write of run r's state and attempt to its
+// delivery record on p, in the pipeline that already follows the request.
+func (h *handler) logDelivery(ctx context.Context, p redis.Pipeliner, r *run) {
+	if r.state == "" || r.d == nil {
+		return
+	}
+	var next, delivered, field string
+	var attempt []byte
+	if !r.next.IsZero() {
+		next = strconv.FormatInt(r.next.UnixMilli(), 10)
+	}
+	var ttl int64
+	switch r.state {
+	case tasks.StateDelivered:
+		delivered = strconv.FormatInt(r.attempt.At.UnixMilli(), 10)
+		ttl = h.cfg.DedupWindow.Milliseconds()
+	case tasks.StateDead:
+		ttl = h.cfg.DedupWindow.Milliseconds()
+	}
+	if r.attempt != nil {
+		a := *r.attempt
+		a.NextAt = r.next
+		attempt, _ = json.Marshal(a)
+		field = tasks.AttemptField(a.At)
+	}
+	deliveryScript.Eval(ctx, p, []string{r.keys.Deliveries + r.d.Event.ID}, r.state, next, delivered, field, attempt, ttl)
+}
