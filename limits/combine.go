@@ -108,3 +108,19 @@ func (c *combiner) send(ctx context.Context, batch []*scriptCall) {
 		batch[i].res, batch[i].err = cmds[i].Slice()
 	}
 }
+
+var getScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v then return {v} end
+return {}`)
+
+// Get reads string key with the gate scripts of concurrent deliveries,
+// in their round trip (see combiner); ok is false when it does not exist.
+func (g *Gates) Get(ctx context.Context, key string) (v string, ok bool, err error) {
+	res, err := g.comb.run(ctx, getScript, []string{key})
+	if err != nil || len(res) == 0 {
+		return "", false, err
+	}
+	v, ok = res[0].(string)
+	return v, ok, nil
+}

@@ -229,7 +229,7 @@ redis.call('SET', KEYS[4], new_tat, 'EX', math.ceil(new_tat - now))
 redis.call('ZREM', KEYS[5], ARGV[10])
 redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[3]), ARGV[2])
 redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) + 1000)
-if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('HSET', KEYS[6], 's', 'in_flight', 'x', '1') end
+if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('HSET', KEYS[6], 's', 'in_flight') end
 if probe then
   redis.call('HSET', KEYS[1], 'b_probe', string.format('%d', now_ms + tonumber(ARGV[3])))
   return {0, 'p'}
@@ -353,7 +353,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return {4, ''} end
 redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[2]), ARGV[1])
 redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]) + 1000)
-if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('HSET', KEYS[4], 's', 'in_flight', 'x', '1') end
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('HSET', KEYS[4], 's', 'in_flight') end
 if b[2] then return {0, 'f'} end
 return {0, ''}`)
 

@@ -45,13 +45,14 @@ func pacingKey(k GateKeys, nb int64) string {
 // Reply {code, gen, wake Unix ms, ms from now until wake, queue, held, taken}:
 // 0 booked; 1 duplicate (booked before in this generation: nothing
 // written, wake and queue as first booked; taken "1" when a worker has
-// taken its task since, so it exists no more or will not be sent again);
+// taken its task since (the record is in flight or has attempts), so it
+// exists no more or will not be sent again);
 // 2 no such subscriber; 3 paused (nothing written). held is "1" when
 // booked for a paused subscriber.
 //
 // The delivery record's booking (g, w, q) makes a re-publish book nothing
 // and go to the queue the first publish chose, where asynq's task id makes
-// it a duplicate while the task exists; once a worker took it (x), the
+// it a duplicate while the task exists; once a worker took it, the
 // record alone does. A task due now goes to the fresh queue while fewer
 // than ARGV[7] of the subscriber's tasks are there (the worker takes a
 // task off the set when it ends; an entry counts for ARGV[8] at most, so a
@@ -62,12 +63,12 @@ if not rec[1] then return {'2', '', '0', '0', '', '0', '0'} end
 if rec[2] and ARGV[6] ~= '1' then return {'3', rec[1], '0', '0', '', '0', '0'} end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local d = redis.call('HMGET', KEYS[6], 'g', 'w', 'q', 'x')
+local d = redis.call('HMGET', KEYS[6], 'g', 'w', 'q', 's', 'n')
 local resend = ARGV[13] == '1' and d[1] == rec[1]
 if d[1] == rec[1] and not resend then
-  local taken = '0'
-  if d[4] then taken = '1' end
-  return {'1', d[1], d[2], string.format('%d', math.max(tonumber(d[2]) - now, 0)), d[3], '0', taken}
+  local taken, wake = '0', tonumber(d[2]) or now
+  if d[4] == 'in_flight' or d[5] then taken = '1' end
+  return {'1', d[1], string.format('%d', wake), string.format('%d', math.max(wake - now, 0)), d[3] or '', '0', taken}
 end
 local seen = redis.call('GET', KEYS[4])
 if seen then
@@ -92,7 +93,7 @@ end
 local state, held = 'pending', '0'
 if rec[2] then state, held = 'held', '1' elseif wake - now >= 1000 then state = 'scheduled' end
 if resend then
-  redis.call('HDEL', KEYS[6], 'x', 'dl', 'nx')
+  redis.call('HDEL', KEYS[6], 'dl', 'nx')
   redis.call('HINCRBY', KEYS[6], 'r', 1)
   redis.call('HSET', KEYS[6], 'w', string.format('%d', wake), 'q', queue, 's', state, 'u', string.format('%d', nb))
 else

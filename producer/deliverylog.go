@@ -3,7 +3,6 @@ package producer
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -183,29 +182,6 @@ func (p *Producer) GetEvent(ctx context.Context, id string) (EventRecord, error)
 		}
 	}
 	return out, nil
-}
-
-// storedEvent reads event id's hash: the event, its subscribers (sorted)
-// and when it was first published.
-func (p *Producer) storedEvent(ctx context.Context, id string) (tasks.Event, []string, time.Time, error) {
-	h, err := p.rdb.HGetAll(ctx, p.keys.Event(id)).Result()
-	if err != nil {
-		return tasks.Event{}, nil, time.Time{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	var ev tasks.Event
-	if len(h) == 0 || json.Unmarshal([]byte(h["ev"]), &ev) != nil {
-		return ev, nil, time.Time{}, fmt.Errorf("%w: %s (never published, or past the payload retention of %s)",
-			ErrUnknownEvent, id, p.cfg.PayloadRetention)
-	}
-	var subs []string
-	for f := range h {
-		if s, ok := strings.CutPrefix(f, "s:"); ok {
-			subs = append(subs, s)
-		}
-	}
-	slices.Sort(subs)
-	ms, _ := strconv.ParseInt(h["p"], 10, 64)
-	return ev, subs, time.UnixMilli(ms).UTC(), nil
 }
 
 // Resend sends event eventID to subscriber sub again, with the same

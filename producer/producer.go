@@ -531,9 +531,10 @@ func written(t Target) bool { return t.Outcome != Failed && t.Outcome != Skipped
 // enqueue writes one task to asynq, in the queue it was booked for.
 func (p *Producer) enqueue(ctx context.Context, s tasks.Subscriber, ev tasks.Event, b limits.Booked, now, notBefore time.Time, t Target) (Outcome, error) {
 	gen := b.Gen
+	ev.Data = nil // stored once for every subscriber (storeEvent): the task refers to it
 	d := tasks.Delivery{
 		V: tasks.DeliveryVersion, SubscriberID: s.ID, Gen: gen, MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts),
-		Event: ev, EnqueuedAt: now, NotBefore: notBefore,
+		Event: ev, PayloadRef: true, EnqueuedAt: now, NotBefore: notBefore,
 		ExpiresAt: now.Add(cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)),
 	}
 	opts := []asynq.Option{

@@ -216,6 +216,34 @@ func TestPublishFanOutAndDuplicates(t *testing.T) {
 	if strings.Contains(string(info.Payload), "whsec_") {
 		t.Fatal("task payload carries a secret")
 	}
+	// The event's data is stored once, for every subscriber: the tasks
+	// refer to it.
+	if strings.Contains(string(info.Payload), "vv_9f31c2") || !d.PayloadRef {
+		t.Fatalf("task payload %s carries the event's data", info.Payload)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	v, err := rdb.Get(ctx, tasks.Keys(b.ns).Event("evt_1")).Result()
+	if ev, _, subs, ok := tasks.ParseStoredEvent(v); err != nil || !ok || strings.Count(v, "vv_9f31c2") != 1 ||
+		fmt.Sprint(subs) != "[all paused videos]" || ev.Type != "video.trending" {
+		t.Fatalf("stored event %q, %v; want it once with its three subscribers", v, err)
+	}
+	// Kept for the payload retention, or as long as a task may need it:
+	// the retry horizon and its margin.
+	if ttl := rdb.PTTL(ctx, tasks.Keys(b.ns).Event("evt_1")).Val(); ttl < 24*time.Hour+producer.EventMargin-time.Minute || ttl > 24*time.Hour+producer.EventMargin {
+		t.Fatalf("stored event's ttl %v; want the 24h horizon and %v", ttl, producer.EventMargin)
+	}
+	short, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: b.ns, PayloadRetention: 72 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	if _, err := short.Publish(ctx, event("evt_2", "video.trending"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, tasks.Keys(b.ns).Event("evt_2")).Val(); ttl < 71*time.Hour {
+		t.Fatalf("stored event's ttl %v; want the 72h payload retention", ttl)
+	}
 }
 
 // Skipping paused subscribers is an explicit choice, reported per target,

@@ -151,13 +151,14 @@ func (ns Keys) Delivery(id, eventID string) string { return ns.Gates(id).Deliver
 // Entries whose record has expired are skipped by readers.
 func (ns Keys) DeliveryLog(id string) string { return ns.Gates(id).Log }
 
-// Event is a hash holding one published event once, whatever its number
-// of subscribers: "ev" (the Event JSON), "p" (published, Unix ms) and one
-// field "s:<subscriber id>" per subscriber it was published to, so that
+// Event holds one published event once, whatever its number of
+// subscribers: a string "<published Unix ms> <subscriber id> …\n<Event
+// JSON>" (ParseStoredEvent), so that a task need carry only a reference,
 // GET /v1/events/{id} finds its deliveries and a resend its payload. Slot
 // {<ns>:ev:<id>}, written in the publish's round trip. Owner: producer.
-// Lives for the payload retention (producer.Config.PayloadRetention) from
-// its first publish.
+// Lives for the payload retention (producer.Config.PayloadRetention) and
+// at least as long as a task published with it may run, from its last
+// publish.
 func (ns Keys) Event(id string) string { return string(ns) + ":{" + string(ns) + ":ev:" + id + "}" }
 
 // RateLimiterKey is the key to give a redis_rate.Limiter to share the

@@ -25,11 +25,12 @@ var States = []string{StateScheduled, StatePending, StateInFlight, StateRetrying
 
 // DeliveryRecord is what hooklane keeps of one (subscriber, event)
 // delivery. Its hash fields: g, w, q (the generation, first wake-up and
-// queue it was booked with at publish: a re-publish is a duplicate), x
-// ("1" once a worker took its task), t (event type), p (published, Unix
-// ms, Redis' clock), u (due), s (state), nx (next attempt), dl
-// (delivered), n (attempts), r (resends), and one field per attempt
-// (AttemptField: Attempt JSON).
+// queue it was booked with at publish: a re-publish is a duplicate; w and
+// q are dropped once it ends), t (event type), p (published, Unix ms,
+// Redis' clock), u (due), s (state), nx (next attempt), dl (delivered), n
+// (attempts), r (resends), and one field per attempt (AttemptField, its
+// time; EncodeAttempt, the rest). Field names and values are short: a
+// delivered record with one attempt is about 200 bytes of Redis memory.
 type DeliveryRecord struct {
 	SubscriberID string    `json:"subscriber_id"`
 	EventID      string    `json:"event_id"`
@@ -77,11 +78,66 @@ func ParseDeliveryRecord(sub, eventID string, h map[string]string, withAttempts 
 			return int(x - y)
 		})
 		for _, f := range fields {
-			var a Attempt
-			if json.Unmarshal([]byte(h[f]), &a) == nil {
+			ms, _ := strconv.ParseInt(f[2:], 10, 64)
+			if a, ok := decodeAttempt(time.UnixMilli(ms), h[f]); ok {
 				d.Attempts = append(d.Attempts, a)
 			}
 		}
 	}
 	return d, true
+}
+
+// ParseStoredEvent reads the value of an event's key (Keys.Event):
+// "<published Unix ms> <subscriber id> …\n<Event JSON>". ok is false for
+// an empty or malformed value (no such event). The subscribers are sorted.
+func ParseStoredEvent(v string) (ev Event, published time.Time, subs []string, ok bool) {
+	head, body, found := strings.Cut(v, "\n")
+	fields := strings.Fields(head)
+	if !found || len(fields) == 0 || json.Unmarshal([]byte(body), &ev) != nil {
+		return Event{}, time.Time{}, nil, false
+	}
+	ms, err := strconv.ParseInt(fields[0], 10, 64)
+	if err != nil {
+		return Event{}, time.Time{}, nil, false
+	}
+	subs = fields[1:]
+	slices.Sort(subs)
+	return ev, time.UnixMilli(ms).UTC(), subs, true
+}
+
+// storedAttempt is an Attempt as a delivery record keeps it: short names,
+// times in Unix ms, the attempt's own time in its field's name.
+type storedAttempt struct {
+	Status     int    `json:"s,omitempty"`
+	RetryAfter string `json:"r,omitempty"`
+	Error      string `json:"e,omitempty"`
+	LatencyMS  int64  `json:"l,omitempty"`
+	Spent      int    `json:"k,omitempty"`
+	Body       string `json:"b,omitempty"`
+	NextAt     int64  `json:"n,omitempty"`
+}
+
+// EncodeAttempt is the value of an attempt's field in a delivery record
+// (its time is the field's name, AttemptField).
+func EncodeAttempt(a Attempt) []byte {
+	s := storedAttempt{Status: a.Status, RetryAfter: a.RetryAfter, Error: a.Error, LatencyMS: a.LatencyMS,
+		Spent: a.AttemptsSpent, Body: a.Body}
+	if !a.NextAt.IsZero() {
+		s.NextAt = a.NextAt.UnixMilli()
+	}
+	b, _ := json.Marshal(s) // strings and numbers always marshal
+	return b
+}
+
+func decodeAttempt(at time.Time, v string) (Attempt, bool) {
+	var s storedAttempt
+	if json.Unmarshal([]byte(v), &s) != nil {
+		return Attempt{}, false
+	}
+	a := Attempt{At: at.UTC(), Status: s.Status, RetryAfter: s.RetryAfter, Error: s.Error, LatencyMS: s.LatencyMS,
+		AttemptsSpent: s.Spent, Body: s.Body}
+	if s.NextAt > 0 {
+		a.NextAt = time.UnixMilli(s.NextAt).UTC()
+	}
+	return a, true
 }

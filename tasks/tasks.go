@@ -130,13 +130,17 @@ const DeliveryVersion = 2
 // endpoint URL: the worker reads the subscriber when it delivers, so a
 // rotated secret or a new URL applies to queued events too.
 type Delivery struct {
-	V            int       `json:"v,omitempty"`
-	SubscriberID string    `json:"subscriber_id"`
-	Gen          string    `json:"gen,omitempty"` // the subscriber generation it was published for
-	MaxAttempts  int       `json:"max_attempts,omitempty"`
-	Event        Event     `json:"event"`
-	EnqueuedAt   time.Time `json:"enqueued_at"`
-	NotBefore    time.Time `json:"not_before,omitzero"`
+	V            int    `json:"v,omitempty"`
+	SubscriberID string `json:"subscriber_id"`
+	Gen          string `json:"gen,omitempty"` // the subscriber generation it was published for
+	MaxAttempts  int    `json:"max_attempts,omitempty"`
+	Event        Event  `json:"event"`
+	// PayloadRef: the event is stored once for all its subscribers
+	// (Keys.Event) and Event holds its id, type and timestamp only (data
+	// null): the worker reads the rest when it runs the task.
+	PayloadRef bool      `json:"payload_ref,omitempty"`
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	NotBefore  time.Time `json:"not_before,omitzero"`
 	// ExpiresAt is the end of the retry horizon: past it a delivery that
 	// still cannot be made is dead-lettered instead of rescheduled.
 	ExpiresAt time.Time `json:"expires_at"`
@@ -170,7 +174,11 @@ func DecodeDelivery(b []byte) (Delivery, error) {
 	if err := ValidateSubscriberID(d.SubscriberID); err != nil {
 		return d, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
 	}
-	if err := d.Event.Validate(); err != nil {
+	check := d.Event
+	if d.PayloadRef {
+		check.Data = json.RawMessage("null") // not here: read from the event's key
+	}
+	if err := check.Validate(); err != nil {
 		return d, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
 	}
 	return d, nil

@@ -3,12 +3,28 @@ package web_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hooklane/hooklane/web"
 )
 
 // The web process reads its Redis as the worker does (deploy.RedisFromEnv),
 // so both name the same one; a Sentinel half-configured stops it at start.
+func TestFromEnvReadsTheRetentions(t *testing.T) {
+	t.Setenv("HOOKLANE_DEDUP_WINDOW", "48h")
+	t.Setenv("HOOKLANE_PAYLOAD_RETENTION", "72h")
+	c, err := web.FromEnv()
+	if err != nil || c.DedupWindow != 48*time.Hour || c.PayloadRetention != 72*time.Hour {
+		t.Fatalf("FromEnv: %v, %v, %v", c.DedupWindow, c.PayloadRetention, err)
+	}
+	for _, v := range []string{"0", "-1h", "a day"} {
+		t.Setenv("HOOKLANE_PAYLOAD_RETENTION", v)
+		if _, err := web.FromEnv(); err == nil || !strings.Contains(err.Error(), "HOOKLANE_PAYLOAD_RETENTION") {
+			t.Fatalf("HOOKLANE_PAYLOAD_RETENTION=%s: %v, want an error naming it", v, err)
+		}
+	}
+}
+
 func TestFromEnvReadsTheRedisConfig(t *testing.T) {
 	t.Setenv("HOOKLANE_REDIS_SENTINEL_ADDRS", "127.0.0.1:26379,127.0.0.1:26380")
 	t.Setenv("HOOKLANE_REDIS_SENTINEL_MASTER", "main")

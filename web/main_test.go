@@ -41,16 +41,11 @@ type bundle struct {
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // setup starts a web server; with a non-nil wcfg also a worker.
-func setup(t *testing.T, wcfg *worker.Config) *bundle { return setupWith(t, web.Config{}, wcfg) }
-
-// setupWith is setup with the web server's configuration cfg (its address,
-// token, Redis, namespace and logger are the test's).
-func setupWith(t *testing.T, cfg web.Config, wcfg *worker.Config) *bundle {
+func setup(t *testing.T, wcfg *worker.Config) *bundle {
 	t.Helper()
 	t.Parallel()
 	ns := testkit.Namespace("web")
-	cfg.Addr, cfg.Token, cfg.RedisConfig, cfg.Namespace, cfg.Logger = "127.0.0.1:0", token, deploy.RedisConfig{URL: redisSrv.URL}, ns, quiet
-	s, err := web.New(cfg)
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: ns, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

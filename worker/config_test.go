@@ -19,7 +19,8 @@ import (
 func TestFromEnvRefusesZeroAndNegativeValues(t *testing.T) {
 	vars := []string{"HOOKLANE_CONCURRENCY", "HOOKLANE_MAX_WAITERS", "HOOKLANE_MAX_WAITING", "HOOKLANE_CONNECT_TIMEOUT",
 		"HOOKLANE_REQUEST_TIMEOUT", "HOOKLANE_MAX_RETRY_AFTER", "HOOKLANE_BACKOFF_BASE", "HOOKLANE_BACKOFF_MAX",
-		"HOOKLANE_PAUSE_RECHECK", "HOOKLANE_POLL_INTERVAL", "HOOKLANE_FORWARD_INTERVAL", "HOOKLANE_SHUTDOWN_TIMEOUT"}
+		"HOOKLANE_PAUSE_RECHECK", "HOOKLANE_POLL_INTERVAL", "HOOKLANE_FORWARD_INTERVAL", "HOOKLANE_SHUTDOWN_TIMEOUT",
+		"HOOKLANE_DEDUP_WINDOW", "HOOKLANE_PAYLOAD_RETENTION"}
 	for _, name := range vars {
 		for _, v := range []string{"0", "-1", "0s", "-5s"} {
 			t.Run(name+"="+v, func(t *testing.T) {
@@ -31,12 +32,20 @@ func TestFromEnvRefusesZeroAndNegativeValues(t *testing.T) {
 			})
 		}
 	}
-	// Zero means something here: no in-handler wait, and keep dead letters.
+	for _, v := range []string{"-1", "lots"} {
+		t.Setenv("HOOKLANE_RESPONSE_BODY_BYTES", v)
+		if _, err := worker.FromEnv(); err == nil || !strings.Contains(err.Error(), "HOOKLANE_RESPONSE_BODY_BYTES") {
+			t.Fatalf("HOOKLANE_RESPONSE_BODY_BYTES=%s: %v, want an error naming it", v, err)
+		}
+	}
+	// Zero means something here: no in-handler wait, keep dead letters,
+	// keep no response body.
 	t.Setenv("HOOKLANE_MAX_WAIT", "0")
 	t.Setenv("HOOKLANE_DEAD_LETTER_RETENTION", "0s")
+	t.Setenv("HOOKLANE_RESPONSE_BODY_BYTES", "0")
 	c, err := worker.FromEnv()
-	if err != nil || c.MaxWait != worker.NoWait || c.DeadLetterRetention != 0 {
-		t.Fatalf("MAX_WAIT=0, RETENTION=0s: %+v, %v; want NoWait and keep", c, err)
+	if err != nil || c.MaxWait != worker.NoWait || c.DeadLetterRetention != 0 || c.ResponseBody != worker.NoResponseBody {
+		t.Fatalf("MAX_WAIT=0, RETENTION=0s, RESPONSE_BODY_BYTES=0: %+v, %v; want NoWait, keep, none", c, err)
 	}
 	if c = c.WithDefaults(); c.MaxWait != worker.NoWait {
 		t.Fatalf("WithDefaults turned MaxWait=NoWait into %v", c.MaxWait)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -311,4 +312,41 @@ func TestDeadLetterIndexTrimmedPastRetention(t *testing.T) {
 		g, _ := b.rdb.ZRange(ctx, keys.AllDeadIndex(), 0, -1).Result()
 		return fmt.Sprint(a) == "[s:new]" && fmt.Sprint(g) == "[s:new]"
 	})
+}
+
+// A task refers to its event, stored once: should that be gone when the
+// task runs (deleted by hand, or an operator's too-short retention), the
+// delivery is dead-lettered as undecodable, never sent without its data,
+// and its replay is refused rather than sending an empty event.
+func TestTaskWhoseStoredEventIsGoneIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{})
+	s := testkit.NewSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+	if _, err := b.p.Publish(ctx, tasks.Event{ID: "e1", Type: "t", Data: []byte(`{"n":1}`)},
+		&producer.PublishOpts{NotBefore: time.Now().Add(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rdb.Del(ctx, tasks.Keys(b.ns).Event("e1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var dl []tasks.DeadLetter
+	testkit.Eventually(t, 10*time.Second, "ledger entry", func() bool {
+		dl = b.dead(t, producer.DeadLetterQuery{Subscriber: "s"})
+		return len(dl) == 1
+	})
+	if e := dl[0]; e.Reason != worker.DeadUndecodable || !strings.Contains(e.Error, "gone") || e.Event != nil || e.Payload == "" {
+		t.Fatalf("ledger entry %+v; want undecodable, the task's own payload kept, no event to replay", e)
+	}
+	out, _, _ := b.p.Replay(ctx, producer.DeadLetterQuery{Subscriber: "s"})
+	if len(out) != 1 || out[0].Outcome != producer.Failed {
+		t.Fatalf("replay: %+v; want it refused", out)
+	}
+	if d, err := b.p.GetDelivery(ctx, "s", "e1"); err != nil || d.State != tasks.StateDead {
+		t.Fatalf("delivery record %+v, %v; want dead", d, err)
+	}
+	if n := s.Count(); n != 0 {
+		t.Fatalf("%d requests; want none", n)
+	}
 }

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 
@@ -15,8 +14,10 @@ import (
 
 // KEYS[1]: a delivery record (tasks.Keys.Delivery). ARGV: 1 state, 2 next
 // attempt Unix ms ("" none), 3 delivered Unix ms ("" not), 4 the attempt's
-// field ("" no attempt), 5 the attempt (Attempt JSON), 6 ttl ms from now
-// (0: keep the record's). A record that does not exist (a task of the
+// field ("" no attempt), 5 the attempt (tasks.EncodeAttempt), 6 ttl ms
+// from now (0: keep the record's): for an ended delivery, which also drops
+// the booking's wake-up and queue (a re-publish needs them only while the
+// task may not exist yet). A record that does not exist (a task of the
 // release before, or past its retention) is not created.
 var deliveryScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -27,7 +28,10 @@ if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], ARGV[4], ARGV[5])
   redis.call('HINCRBY', KEYS[1], 'n', 1)
 end
-if tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
+if tonumber(ARGV[6]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  redis.call('HDEL', KEYS[1], 'w', 'q')
+end
 return 1`)
 
 // deliveryState sets the state the run leaves its delivery in (see
@@ -79,7 +83,7 @@ func (h *handler) logDelivery(ctx context.Context, p redis.Pipeliner, r *run) {
 	if r.attempt != nil {
 		a := *r.attempt
 		a.NextAt = r.next
-		attempt, _ = json.Marshal(a)
+		attempt = tasks.EncodeAttempt(a)
 		field = tasks.AttemptField(a.At)
 	}
 	deliveryScript.Eval(ctx, p, []string{r.keys.Deliveries + r.d.Event.ID}, r.state, next, delivered, field, attempt, ttl)

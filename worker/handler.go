@@ -117,6 +117,11 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 		return err
 	}
 	r.d, r.sub, r.keys = &d, d.SubscriberID, h.keys.Gates(d.SubscriberID)
+	if d.PayloadRef {
+		if err := h.loadEvent(ctx, &d); err != nil {
+			return err
+		}
+	}
 	r.maxAttempts = d.MaxAttempts
 	if r.maxAttempts == 0 { // a task of the release before: asynq held the budget
 		r.maxAttempts, _ = asynq.GetMaxRetry(ctx)
@@ -155,6 +160,24 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	// The cooldown of a 429 is already written (throttledEarly), before
 	// record releases the slot: no task waiting for it can send after a 429.
 	return h.finish(ctx, &d, &sub, resp, r)
+}
+
+// loadEvent reads the event a task refers to (stored once for all its
+// subscribers), in the round trip of concurrent deliveries' gates.
+func (h *handler) loadEvent(ctx context.Context, d *tasks.Delivery) error {
+	v, ok, err := h.gates.Get(ctx, h.keys.Event(d.Event.ID))
+	if err != nil {
+		return h.infra("load event", d.SubscriberID, err)
+	}
+	ev, _, _, parsed := tasks.ParseStoredEvent(v)
+	switch {
+	case !ok:
+		return dead(DeadUndecodable, "event %s's payload is gone from Redis (it is kept for its retry horizon and 10 minutes at least)", d.Event.ID)
+	case !parsed || ev.ID != d.Event.ID:
+		return dead(DeadUndecodable, "event %s's stored payload is unreadable", d.Event.ID)
+	}
+	d.Event, d.PayloadRef = ev, false // whole now
+	return nil
 }
 
 // subscriber returns the subscriber's endpoint, secrets and limits from a

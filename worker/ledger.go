@@ -25,9 +25,9 @@ func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields
 	if errors.As(err, &dl) {
 		e.Reason = dl.reason
 	}
-	if r.d != nil {
+	if r.d != nil && !r.d.PayloadRef {
 		e.Event = &r.d.Event
-	} else {
+	} else { // unreadable, or its stored event gone: the entry keeps what the task held
 		e.Payload = string(r.payload)
 	}
 	b, _ := json.Marshal(e)
