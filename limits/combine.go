@@ -124,3 +124,27 @@ func (g *Gates) Get(ctx context.Context, key string) (v string, ok bool, err err
 	v, ok = res[0].(string)
 	return v, ok, nil
 }
+
+// Call is one script call for Gates.RunScripts: Res and Err are its reply
+// (the script must answer an array).
+type Call struct {
+	Script *redis.Script
+	Keys   []string
+	Args   []any
+	Res    []any
+	Err    error
+}
+
+// RunScripts runs calls in one pipeline, by their sha (a script Redis does
+// not know yet goes again in full, the others are not run twice), and sets
+// each one's reply.
+func (g *Gates) RunScripts(ctx context.Context, calls []*Call) {
+	batch := make([]*scriptCall, len(calls))
+	for i, c := range calls {
+		batch[i] = &scriptCall{script: c.Script, keys: c.Keys, args: c.Args, done: make(chan struct{})}
+	}
+	g.comb.send(ctx, batch)
+	for i, c := range calls {
+		c.Res, c.Err = batch[i].res, batch[i].err
+	}
+}

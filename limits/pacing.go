@@ -2,6 +2,7 @@ package limits
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -161,43 +162,45 @@ func (g *Gates) Book(ctx context.Context, bs ...Booking) ([]Booked, error) {
 	return g.BookWith(ctx, nil, bs...)
 }
 
-// BookWith is Book with more commands (also, if not nil, queues them) in
-// its round trip.
-func (g *Gates) BookWith(ctx context.Context, also func(redis.Pipeliner), bs ...Booking) ([]Booked, error) {
-	cmds := make([]*redis.Cmd, len(bs))
-	_, err := g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if also != nil {
-			also(p)
+// BookWith is Book with more script calls (also) in its round trip; an
+// error of one of them is Book's.
+func (g *Gates) BookWith(ctx context.Context, also []*Call, bs ...Booking) ([]Booked, error) {
+	calls := make([]*Call, len(bs), len(bs)+len(also))
+	for i, b := range bs {
+		var nb int64
+		if !b.NotBefore.IsZero() {
+			nb = b.NotBefore.UnixMilli()
 		}
-		for i, b := range bs {
-			var nb int64
-			if !b.NotBefore.IsZero() {
-				nb = b.NotBefore.UnixMilli()
-			}
-			held, resend := "0", "0"
-			if b.Held {
-				held = "1"
-			}
-			if b.Resend {
-				resend = "1"
-			}
-			ms := float64(b.Limit.Interval()) / float64(time.Millisecond)
-			keys := []string{b.Keys.Record, pacingKey(b.Keys, nb), b.Keys.Waiting, b.Keys.Seen + b.EventID, b.Keys.Fresh,
-				b.Keys.Deliveries + b.EventID, b.Keys.Log}
-			// Eval, not Run: Run's NOSCRIPT fallback cannot work inside a pipeline.
-			cmds[i] = bookScript.Eval(ctx, p, keys, ms, b.Limit.Burst, nb, b.MarkerTTL.Milliseconds(), b.TaskID, held,
-				b.FreshMax, FreshTTL.Milliseconds(), b.FreshQueue, b.BacklogQueue, b.EventType, b.EventID, resend)
+		held, resend := "0", "0"
+		if b.Held {
+			held = "1"
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+		if b.Resend {
+			resend = "1"
+		}
+		ms := float64(b.Limit.Interval()) / float64(time.Millisecond)
+		keys := []string{b.Keys.Record, pacingKey(b.Keys, nb), b.Keys.Waiting, b.Keys.Seen + b.EventID, b.Keys.Fresh,
+			b.Keys.Deliveries + b.EventID, b.Keys.Log}
+		calls[i] = &Call{Script: bookScript, Keys: keys, Args: []any{ms, b.Limit.Burst, nb, b.MarkerTTL.Milliseconds(), b.TaskID, held,
+			b.FreshMax, FreshTTL.Milliseconds(), b.FreshQueue, b.BacklogQueue, b.EventType, b.EventID, resend}}
+	}
+	g.RunScripts(ctx, append(calls, also...))
+	for _, c := range also {
+		if c.Err != nil {
+			return nil, c.Err
+		}
 	}
 	out := make([]Booked, len(bs))
-	for i, c := range cmds {
-		res, err := c.StringSlice()
-		if err != nil {
-			return nil, err
+	for i, c := range calls[:len(bs)] {
+		if c.Err != nil {
+			return nil, c.Err
+		}
+		res := make([]string, len(c.Res))
+		for j, v := range c.Res {
+			res[j], _ = v.(string)
+		}
+		if len(res) < 7 {
+			return nil, fmt.Errorf("book: unexpected reply %v", c.Res)
 		}
 		in, _ := strconv.ParseInt(res[3], 10, 64)
 		at, _ := strconv.ParseInt(res[2], 10, 64)

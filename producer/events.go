@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -39,7 +40,7 @@ if changed then
 elseif ttl < want then
   redis.call('PEXPIRE', KEYS[1], want)
 end
-return 0`)
+return {}`)
 
 // EventMargin is how long a stored event outlives the retry horizon of the
 // tasks that refer to it, at least: a task comes due up to its horizon,
@@ -47,12 +48,12 @@ return 0`)
 // recovery) to be dead-lettered, with its event.
 const EventMargin = 10 * time.Minute
 
-// storeEvent queues the write of ev, once for all of subs, on the
-// publish's pipeline. It is kept for the payload retention, and at least
+// storeEvent is the write of ev, once for all of subs, in the publish's
+// round trip. It is kept for the payload retention, and at least
 // as long as a task published with it may still run (the longest retry
 // horizon of subs, and EventMargin): a task carries only a reference to
 // it.
-func (p *Producer) storeEvent(ctx context.Context, pl redis.Pipeliner, ev tasks.Event, subs []tasks.Subscriber) {
+func (p *Producer) storeEvent(ev tasks.Event, subs []tasks.Subscriber) *limits.Call {
 	b, _ := json.Marshal(ev) // an Event always marshals
 	keep := p.cfg.PayloadRetention
 	args := make([]any, 0, 2+len(subs))
@@ -62,8 +63,7 @@ func (p *Producer) storeEvent(ctx context.Context, pl redis.Pipeliner, ev tasks.
 		args = append(args, s.ID)
 	}
 	args[1] = keep.Milliseconds()
-	// Eval, not Run: Run's NOSCRIPT fallback cannot work inside a pipeline.
-	storeEventScript.Eval(ctx, pl, []string{p.keys.Event(ev.ID)}, args...)
+	return &limits.Call{Script: storeEventScript, Keys: []string{p.keys.Event(ev.ID)}, Args: args}
 }
 
 // storedEvent reads event id: the event, its subscribers (sorted) and when

@@ -428,7 +428,7 @@ func (p *Producer) fanOutAs(ctx context.Context, ev tasks.Event, opts *PublishOp
 			FreshQueue:   p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneFresh, shards),
 			BacklogQueue: p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneBacklog, shards)}
 	}
-	booked, err := p.gates.BookWith(ctx, func(pl redis.Pipeliner) { p.storeEvent(ctx, pl, ev, subs) }, bs...)
+	booked, err := p.gates.BookWith(ctx, []*limits.Call{p.storeEvent(ev, subs)}, bs...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}

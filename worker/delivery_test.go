@@ -476,3 +476,29 @@ func TestSSRFGuardRefusesUnlistedLoopback(t *testing.T) {
 		t.Fatalf("ledger %+v, want one entry with reason refused", dl)
 	}
 }
+
+// The delivery record is written by its script's sha; a Redis that does not
+// know the script (restarted, failed over, SCRIPT FLUSH) gets its text, and
+// nothing is lost or written twice. Not parallel: the flush is the shared
+// Redis's.
+func TestDeliveryRecordSurvivesAScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	b := setup(t, worker.Config{})
+	s := testkit.NewSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+	for i, id := range []string{"e1", "e2"} {
+		if i > 0 {
+			if err := b.rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.publish(t, id, "t")
+		testkit.Eventually(t, 10*time.Second, id+" recorded delivered", func() bool {
+			d, err := b.p.GetDelivery(ctx, "s", id)
+			return err == nil && d.State == tasks.StateDelivered && d.AttemptCount == 1
+		})
+	}
+	if d, _ := b.p.GetDelivery(ctx, "s", "e2"); len(d.Attempts) != 1 {
+		t.Fatalf("e2's attempts %+v; want one", d.Attempts)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -86,5 +87,39 @@ func (h *handler) logDelivery(ctx context.Context, p redis.Pipeliner, r *run) {
 		attempt = tasks.EncodeAttempt(a)
 		field = tasks.AttemptField(a.At)
 	}
-	deliveryScript.Eval(ctx, p, []string{r.keys.Deliveries + r.d.Event.ID}, r.state, next, delivered, field, attempt, ttl)
+	r.logKeys, r.logArgs = []string{r.keys.Deliveries + r.d.Event.ID}, []any{r.state, next, delivered, field, attempt, ttl}
+	if r.logFull {
+		deliveryScript.Eval(ctx, p, r.logKeys, r.logArgs...)
+		return
+	}
+	// By its sha: the script's text is sent once (see noScript), not with
+	// every delivery.
+	r.logCmd = deliveryScript.EvalSha(ctx, p, r.logKeys, r.logArgs...)
 }
+
+// noScript sends again, with the script's text, the delivery-record writes
+// of runs that Redis refused because it did not know the script yet (the
+// first batch, or after a restart or failover): they did not run, and the
+// rest of their pipeline did, so only they go again. err is the pipeline's.
+func (h *handler) noScript(ctx context.Context, runs []*run, err error) error {
+	if err == nil || !isNoScript(err) {
+		return err
+	}
+	var again []*run
+	for _, r := range runs {
+		if r.logCmd != nil && isNoScript(r.logCmd.Err()) {
+			again = append(again, r)
+		} else if r.logCmd != nil && r.logCmd.Err() != nil {
+			return err // another failure: the whole batch goes again
+		}
+	}
+	_, err = h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range again {
+			deliveryScript.Eval(ctx, p, r.logKeys, r.logArgs...)
+		}
+		return nil
+	})
+	return err
+}
+
+func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }

@@ -44,6 +44,7 @@ func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields
 		return perr
 	}
 	var incs []increment
+	r.logFull = true // in a transaction: no second chance for a script Redis does not know
 	_, perr := h.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		if r.sub != "" {
 			// First, so that the ledger's own ttl (below) is the one kept

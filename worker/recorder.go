@@ -71,10 +71,11 @@ func (h *handler) record(ctx context.Context, r *run, err error) error {
 		// The recorder is closed or its queue is full (Redis slow): write
 		// this run's outcome here, so nothing waits on a lock.
 		var incs []increment
-		if _, perr := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, perr := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			h.count(ctx, p, &x.r, x.fields, direct(ctx, p, &incs))
 			return nil
-		}); perr != nil {
+		})
+		if perr = h.noScript(ctx, []*run{&x.r}, perr); perr != nil {
 			h.stats.RecordErrors.Add(1)
 			h.log.Warn("could not record outcome; a lost slot release frees itself after its ttl",
 				"subscriber_id", r.sub, "task_id", r.taskID, "err", perr)
@@ -312,7 +313,11 @@ func (rc *recorder) write(ctx context.Context, batch []recorded, inc func(key, f
 		}
 		return nil
 	})
-	if err != nil {
+	runs := make([]*run, len(batch))
+	for i := range batch {
+		runs[i] = &batch[i].r
+	}
+	if err = h.noScript(ctx, runs, err); err != nil {
 		return false
 	}
 	for _, d := range deferred {

@@ -86,6 +86,12 @@ type run struct {
 	retryAt     time.Time     // a counted failure's next attempt, or a 429's deadline: parked then
 	state       string        // the state the run leaves its delivery in ("" unchanged)
 	next        time.Time     // when the delivery is tried next
+	// The delivery record's write (logDelivery): its keys and arguments,
+	// its command when sent by sha, or logFull to send the script's text.
+	logKeys []string
+	logArgs []any
+	logCmd  *redis.Cmd
+	logFull bool
 }
 
 // LatencyBuckets are the upper bounds, in seconds, of the delivery latency
