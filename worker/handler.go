@@ -117,26 +117,8 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 		return err
 	}
 	r.d, r.sub, r.keys = &d, d.SubscriberID, h.keys.Gates(d.SubscriberID)
-	if d.PayloadRef {
-		if err := h.loadEvent(ctx, &d); err != nil {
-			return err
-		}
-	}
-	r.maxAttempts = d.MaxAttempts
-	if r.maxAttempts == 0 { // a task of the release before: asynq held the budget
-		r.maxAttempts, _ = asynq.GetMaxRetry(ctx)
-	}
-	if r.retried >= r.maxAttempts {
-		// Only a lost lease gets here (asynq counts it as an attempt): the
-		// last attempt's worker died mid-request. The budget is spent.
-		return dead(DeadAttempts, "no attempt left: %d of %d spent, the last one lost with its worker (asynq counts a lost lease as an attempt)",
-			r.retried, r.maxAttempts)
-	}
-	sub, err := h.subscriber(ctx, d.SubscriberID, d.MaxAttempts == 0)
+	sub, err := h.gate(ctx, &d, r)
 	if err != nil {
-		return err
-	}
-	if r.token, err = h.admit(ctx, &d, &sub, r); err != nil {
 		return err
 	}
 	resp := post(ctx, h.client, &sub, &d.Event, h.cfg.ResponseBody, func(status int, hdr http.Header, at time.Time) {
@@ -164,20 +146,75 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 
 // loadEvent reads the event a task refers to (stored once for all its
 // subscribers), in the round trip of concurrent deliveries' gates.
-func (h *handler) loadEvent(ctx context.Context, d *tasks.Delivery) error {
-	v, ok, err := h.gates.Get(ctx, h.keys.Event(d.Event.ID))
+func (h *handler) loadEvent(ctx context.Context, sub, id string) (tasks.Event, error) {
+	v, ok, err := h.gates.Get(ctx, h.keys.Event(id))
 	if err != nil {
-		return h.infra("load event", d.SubscriberID, err)
+		return tasks.Event{}, h.infra("load event", sub, err)
 	}
 	ev, _, _, parsed := tasks.ParseStoredEvent(v)
 	switch {
 	case !ok:
-		return dead(DeadUndecodable, "event %s's payload is gone from Redis (it is kept for its retry horizon and 10 minutes at least)", d.Event.ID)
-	case !parsed || ev.ID != d.Event.ID:
-		return dead(DeadUndecodable, "event %s's stored payload is unreadable", d.Event.ID)
+		return ev, dead(DeadUndecodable, "event %s's payload is gone from Redis (it is kept for its retry horizon and 10 minutes at least)", id)
+	case !parsed || ev.ID != id:
+		return ev, dead(DeadUndecodable, "event %s's stored payload is unreadable", id)
 	}
-	d.Event, d.PayloadRef = ev, false // whole now
-	return nil
+	return ev, nil
+}
+
+// gate reads the event the task refers to, if it does, beside its gates
+// (so that both go in one round trip of the combiner), and passes the
+// gates (passGates). An error reading the event wins over the gates'
+// answer: a dead letter must carry the whole event, or none.
+func (h *handler) gate(ctx context.Context, d *tasks.Delivery, r *run) (tasks.Subscriber, error) {
+	type loaded struct {
+		ev  tasks.Event
+		err error
+	}
+	var ch chan loaded
+	if d.PayloadRef {
+		ch = make(chan loaded, 1)
+		sub, id := d.SubscriberID, d.Event.ID
+		go func() {
+			ev, err := h.loadEvent(ctx, sub, id)
+			ch <- loaded{ev, err}
+		}()
+	}
+	s, err := h.passGates(ctx, d, r)
+	if ch == nil {
+		return s, err
+	}
+	l := <-ch
+	if l.err != nil {
+		if r.probe { // admitted as the breaker's probe, not sent: another may probe
+			if perr := h.gates.ReleaseProbe(context.WithoutCancel(ctx), r.keys); perr != nil {
+				h.log.Warn("could not give the probe role back; it expires by itself", "subscriber_id", r.sub, "err", perr)
+			}
+		}
+		return s, l.err
+	}
+	d.Event, d.PayloadRef = l.ev, false // whole now
+	return s, err
+}
+
+// passGates checks the attempt budget, reads the subscriber and admits the
+// request (r.token: its in-flight slot).
+func (h *handler) passGates(ctx context.Context, d *tasks.Delivery, r *run) (tasks.Subscriber, error) {
+	r.maxAttempts = d.MaxAttempts
+	if r.maxAttempts == 0 { // a task of the release before: asynq held the budget
+		r.maxAttempts, _ = asynq.GetMaxRetry(ctx)
+	}
+	if r.retried >= r.maxAttempts {
+		// Only a lost lease gets here (asynq counts it as an attempt): the
+		// last attempt's worker died mid-request. The budget is spent.
+		return tasks.Subscriber{}, dead(DeadAttempts, "no attempt left: %d of %d spent, the last one lost with its worker (asynq counts a lost lease as an attempt)",
+			r.retried, r.maxAttempts)
+	}
+	sub, err := h.subscriber(ctx, d.SubscriberID, d.MaxAttempts == 0)
+	if err != nil {
+		return sub, err
+	}
+	r.token, err = h.admit(ctx, d, &sub, r)
+	return sub, err
 }
 
 // subscriber returns the subscriber's endpoint, secrets and limits from a
