@@ -24,16 +24,20 @@ import (
 // its log entry), for 10,000 events to one subscriber with a 20-byte and
 // a 1 KiB payload, and for 2,000 events of 2 KiB each fanned out to 5
 // subscribers (also per event), on a Redis of its own: the capacity
-// model's memory figures (deploy/BENCHMARKS.md).
+// model's memory figures (deploy/BENCHMARKS.md). used_memory includes
+// Redis' own overhead, part of which follows the run (hash tables sized
+// at the peak, client buffers); dataset-bytes (used_memory_dataset) is
+// what the keys themselves hold.
 //
 //	go test -run '^$' -bench RedisBytes -benchtime 1x ./worker/
 func BenchmarkRedisBytes(b *testing.B) {
 	for _, c := range []struct{ size, subs, n int }{{20, 1, 10_000}, {1024, 1, 10_000}, {2048, 5, 2_000}} {
 		b.Run(fmt.Sprintf("payload=%dB/subscribers=%d", c.size, c.subs), func(b *testing.B) {
 			for range b.N {
-				pending, delivered := redisBytes(b, c.size, c.subs, c.n)
+				pending, delivered, dataset := redisBytes(b, c.size, c.subs, c.n)
 				b.ReportMetric(pending, "bytes/pending-delivery")
 				b.ReportMetric(delivered, "bytes/delivered-delivery")
+				b.ReportMetric(dataset, "dataset-bytes/delivered-delivery")
 				if c.subs > 1 {
 					b.ReportMetric(delivered*float64(c.subs), "bytes/delivered-event")
 				}
@@ -42,7 +46,7 @@ func BenchmarkRedisBytes(b *testing.B) {
 	}
 }
 
-func redisBytes(b *testing.B, size, subs, n int) (pending, delivered float64) {
+func redisBytes(b *testing.B, size, subs, n int) (pending, delivered, dataset float64) {
 	ctx := context.Background()
 	srv, err := deploy.StartRedis(ctx, deploy.RedisOpts{})
 	if err != nil {
@@ -64,7 +68,7 @@ func redisBytes(b *testing.B, size, subs, n int) (pending, delivered float64) {
 		}
 	}
 	data := []byte(`"` + strings.Repeat("x", size-2) + `"`)
-	base := usedMemory(b, rdb)
+	base, baseData := usedMemory(b, rdb), infoInt(b, rdb, "memory", "used_memory_dataset")
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -83,7 +87,8 @@ func redisBytes(b *testing.B, size, subs, n int) (pending, delivered float64) {
 	testkit.Eventually(b, 2*time.Minute, "every delivery", func() bool { return sink.Count() == n*subs })
 	stop()
 	delivered = float64(usedMemory(b, rdb)-base) / deliveries
-	return pending, delivered
+	dataset = float64(infoInt(b, rdb, "memory", "used_memory_dataset")-baseData) / deliveries
+	return pending, delivered, dataset
 }
 
 func usedMemory(b *testing.B, rdb *redis.Client) int64 {
