@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/tasks"
@@ -195,26 +197,41 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	if err != nil {
 		return Target{}, err
 	}
+	if _, err := p.GetSubscriber(ctx, sub); err != nil {
+		return Target{}, err
+	}
+	taskID := tasks.TaskID(sub, eventID)
 	switch rec.State {
+	case tasks.StateDelivered:
 	case tasks.StateDead:
 		// Replayed from its ledger entry, if it has one (the entry is marked
-		// replayed, its archived task freed).
-		entries, err := p.readEntries(ctx, []string{tasks.TaskID(sub, eventID)}, nil, DeadLetterQuery{IncludeReplayed: true})
+		// replayed, its archived task freed); else its archived task, if
+		// any, is freed here.
+		entries, err := p.readEntries(ctx, []string{taskID}, nil, DeadLetterQuery{IncludeReplayed: true})
 		if err != nil {
 			return Target{}, err
 		}
 		if len(entries) == 1 && entries[0].Event != nil {
 			o := p.replayOne(ctx, entries[0])
 			t := Target{SubscriberID: sub, TaskID: o.TaskID, Outcome: o.Outcome}
-			if o.Outcome == Failed || o.Outcome == NotDead {
-				return t, fmt.Errorf("resend of %s to %s: %s", eventID, sub, o.Error)
+			switch o.Outcome {
+			case NotDead:
+				return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrDeliveryActive, eventID, sub, o.Error)
+			case Failed:
+				return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrRedisUnavailable, eventID, sub, o.Error)
 			}
 			return t, nil
 		}
-	case tasks.StateDelivered:
+		if err := p.freeTask(ctx, sub, eventID, asynq.TaskStateArchived); err != nil {
+			return Target{}, err
+		}
 	default:
-		return Target{}, fmt.Errorf("%w: the delivery of %s to %s is %s: it is still being delivered, nothing is sent again",
-			ErrDeliveryActive, eventID, sub, rec.State)
+		// Under way, unless its task is gone (a publish or resend whose
+		// enqueue failed after the booking): then it is sent again too.
+		if gone, err := p.taskGone(ctx, sub, eventID); err != nil || !gone {
+			return Target{}, cmp.Or(err, fmt.Errorf("%w: the delivery of %s to %s is %s: it is still being delivered, nothing is sent again",
+				ErrDeliveryActive, eventID, sub, rec.State))
+		}
 	}
 	ev, _, _, err := p.storedEvent(ctx, eventID)
 	if errors.Is(err, ErrUnknownEvent) {
@@ -233,4 +250,54 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 		return Target{}, err
 	}
 	return res.Targets[0], nil
+}
+
+// bookedQueue is the queue a delivery's task was booked in ("" once it was
+// delivered: the record keeps it no longer).
+func (p *Producer) bookedQueue(ctx context.Context, sub, eventID string) (string, error) {
+	q, err := p.rdb.HGet(ctx, p.keys.Delivery(sub, eventID), "q").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return q, nil
+}
+
+// taskGone reports whether a delivery's task is in no queue it was booked
+// in.
+func (p *Producer) taskGone(ctx context.Context, sub, eventID string) (bool, error) {
+	q, err := p.bookedQueue(ctx, sub, eventID)
+	if err != nil || q == "" {
+		return false, err
+	}
+	_, err = p.inspector.GetTaskInfo(q, tasks.TaskID(sub, eventID))
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return false, nil
+}
+
+// freeTask deletes a delivery's task if it is in state (archived: a dead
+// letter's, so that a resend may take its id).
+func (p *Producer) freeTask(ctx context.Context, sub, eventID string, state asynq.TaskState) error {
+	q, err := p.bookedQueue(ctx, sub, eventID)
+	if err != nil || q == "" {
+		return err
+	}
+	id := tasks.TaskID(sub, eventID)
+	info, err := p.inspector.GetTaskInfo(q, id)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	case info.State != state:
+		return nil
+	}
+	if err := p.inspector.DeleteTask(q, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+		return fmt.Errorf("%w: freeing the archived task: %v", ErrRedisUnavailable, err)
+	}
+	return nil
 }

@@ -183,6 +183,43 @@ func TestResendSendsTheSameEventAgain(t *testing.T) {
 			t.Errorf("%s's record after the resend: %+v; want 2 attempts, 1 resend", sub, d)
 		}
 	}
+	// Dead, its ledger entry deleted: its archived task is freed for the
+	// resend. Scheduled with its task gone (an enqueue that failed after
+	// the booking): sent again too.
+	bad2 := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
+		if n == 0 {
+			w.WriteHeader(http.StatusBadRequest)
+		}
+	})
+	b.call(t, "PUT", "/v1/subscribers/d2", map[string]any{"url": bad2.URL, "event_types": []string{"c"}, "max_attempts": 1})
+	b.call(t, "PUT", "/v1/subscribers/g", map[string]any{"url": s.URL, "event_types": []string{"later"}})
+	b.call(t, "POST", "/v1/events", `{"id":"evt_3","type":"c","data":{"n":3}}`)
+	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	b.call(t, "POST", "/v1/events", `{"id":"evt_4","type":"later","data":{"n":4},"not_before":"`+later+`"}`)
+	b.waitState(t, "d2", "evt_3", tasks.StateDead)
+	if r := b.call(t, "DELETE", "/v1/dead-letters/d2:evt_3", nil); r.status != http.StatusNoContent {
+		t.Fatalf("delete the dead letter: %d %s", r.status, r.body)
+	}
+	info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("g", "evt_4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.call(t, "POST", "/v1/subscribers/g/deliveries/evt_4/resend", nil); r.status != http.StatusConflict {
+		t.Fatalf("resend of a scheduled delivery: %d %s; want 409", r.status, r.body)
+	}
+	if err := b.insp.DeleteTask(info.Queue, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	for sub, ev := range map[string]string{"d2": "evt_3", "g": "evt_4"} {
+		r := b.call(t, "POST", "/v1/subscribers/"+sub+"/deliveries/"+ev+"/resend", nil)
+		if got := targets(t, r); r.status != http.StatusAccepted || got[sub] != "enqueued" {
+			t.Fatalf("resend to %s: %d %s; want 202 enqueued", sub, r.status, r.body)
+		}
+		b.waitState(t, sub, ev, tasks.StateDelivered)
+	}
+	if n := bad2.Count(); n != 2 {
+		t.Errorf("%d requests to d2; want the dead one and its resend", n)
+	}
 	// Held (paused): still under way.
 	r := b.call(t, "POST", "/v1/subscribers/p/deliveries/evt_2/resend", nil)
 	if code, _ := r.errorOf(t); r.status != http.StatusConflict || code != "delivery_active" {
@@ -200,7 +237,7 @@ func TestResendSendsTheSameEventAgain(t *testing.T) {
 	if code, _ := r.errorOf(t); r.status != http.StatusGone || code != "payload_expired" {
 		t.Errorf("resend past the payload retention: %d %s; want 410 payload_expired", r.status, r.body)
 	}
-	if n := s.Count(); n != 2 {
-		t.Errorf("%d requests to s; want 2", n)
+	if n := s.Count(); n != 3 {
+		t.Errorf("%d requests to s; want 3 (evt_1 twice, evt_4 once)", n)
 	}
 }

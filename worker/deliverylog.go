@@ -17,8 +17,9 @@ import (
 // attempt Unix ms ("" none), 3 delivered Unix ms ("" not), 4 the attempt's
 // field ("" no attempt), 5 the attempt (tasks.EncodeAttempt), 6 ttl ms
 // from now (0: keep the record's): for an ended delivery, which also drops
-// the booking's wake-up and queue (a re-publish needs them only while the
-// task may not exist yet). A record that does not exist (a task of the
+// the booking's wake-up, and a delivered one's queue (a re-publish needs
+// them only while the task may not exist yet; a resend of a dead one finds
+// its archived task there). A record that does not exist (a task of the
 // release before, or past its retention) is not created.
 var deliveryScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -31,7 +32,8 @@ if ARGV[4] ~= '' then
 end
 if tonumber(ARGV[6]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
-  redis.call('HDEL', KEYS[1], 'w', 'q')
+  redis.call('HDEL', KEYS[1], 'w')
+  if ARGV[1] == 'delivered' then redis.call('HDEL', KEYS[1], 'q') end
 end
 return 1`)
 
