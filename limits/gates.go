@@ -21,7 +21,7 @@ type GateKeys struct {
 	Rate       string // GCRA theoretical arrival time, redis_rate's key and format
 	Pacing     string // pacing cursor: a GCRA theoretical arrival time in Unix ms
 	Waiting    string // sorted set: "<task id>@<queue>" → wake-up (Unix ms) of tasks parked in asynq's schedule
-	Seen       string // prefix of the publish markers (+ event id): "<gen>:<wake ms>:<queue>"
+	Seen       string // prefix of the old publish markers (+ event id): "<gen>:<wake ms>:<queue>", read only
 	Fresh      string // sorted set: id → expiry (Unix ms) of the subscriber's tasks in the fresh lane
 	Deliveries string // prefix of the delivery records (+ event id): hashes, see DeliveryRecord
 	Log        string // stream of the deliveries in publish order: field "e", the event id

@@ -33,8 +33,8 @@ func pacingKey(k GateKeys, nb int64) string {
 	return k.Pacing + ":nb:" + strconv.FormatInt(nb/60000, 10)
 }
 
-// KEYS: 1 gate record, 2 pacing cursor, 3 waiting index, 4 publish marker
-// of the release before (read only), 5 fresh-lane tasks (sorted set: task
+// KEYS: 1 gate record, 2 pacing cursor, 3 waiting index, 4 old publish
+// marker (read only: see GateKeys.Seen), 5 fresh-lane tasks (sorted set: task
 // id → expiry Unix ms), 6 delivery record, 7 delivery log.
 // ARGV: 1 interval ms (float), 2 burst, 3 not-before Unix ms (0: now),
 // 4 record ttl ms, 5 task id, 6 "1" to book even when paused (held), "0"
@@ -113,7 +113,7 @@ type Booking struct {
 	Keys      GateKeys
 	Limit     Limit
 	NotBefore time.Time // zero: now
-	EventID   string    // names the publish marker
+	EventID   string    // names the delivery record
 	TaskID    string
 	// EventType is the event's, for its delivery record.
 	EventType string

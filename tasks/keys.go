@@ -122,9 +122,11 @@ func (ns Keys) Gates(id string) limits.GateKeys {
 		Cooldown: ns.sub(id, "cooldown"),
 		InFlight: ns.sub(id, "inflight"),
 		// redis_rate's own name for a limiter key: "rate:" + the key given.
-		Rate:       "rate:" + ns.sub(id, "gcra"),
-		Pacing:     ns.sub(id, "pacing"),
-		Waiting:    ns.sub(id, "waiting"),
+		Rate:    "rate:" + ns.sub(id, "gcra"),
+		Pacing:  ns.sub(id, "pacing"),
+		Waiting: ns.sub(id, "waiting"),
+		// Read only: the publish markers of builds before the delivery
+		// record replaced them; they expire by themselves.
 		Seen:       ns.sub(id, "seen:"),
 		Fresh:      ns.sub(id, "fresh"),
 		Deliveries: ns.sub(id, "d:"),
@@ -133,18 +135,19 @@ func (ns Keys) Gates(id string) limits.GateKeys {
 }
 
 // Delivery is the delivery record of event eventID to subscriber id, a
-// hash (see limits.DeliveryRecord for its fields): the booking that makes
-// a re-publish a duplicate, the state, the event's type and times, and
+// hash (see DeliveryRecord for its fields): the booking that makes a
+// re-publish a duplicate, the state, the event's type and times, and
 // every attempt. Slot {<id>}: the publish script writes it with the
 // booking, the gate script marks it in flight, the worker's batched
 // writes after a request add the attempt. Owner: producer (publish,
-// resend) and worker. Lives for the dedup window after its last write
-// (and at least the retry horizon from publishing).
+// resend) and worker. Lives for the retry horizon and the dedup window
+// from its publish, and for the dedup window once its delivery ends.
 func (ns Keys) Delivery(id, eventID string) string { return ns.Gates(id).Deliveries + eventID }
 
 // DeliveryLog is a stream of one subscriber's deliveries in the order they
 // were published: entry id = Redis' time of the publish, field "e" = the
-// event id; the delivery log's pages read it with XRANGE. Slot {<id>}.
+// event id; the delivery log's pages read it newest first (XREVRANGE).
+// Slot {<id>}.
 // Owner: producer (the publish script appends, trimming entries older
 // than the dedup window plus the retry horizon, and sets the stream to
 // expire as long after its last entry; deleting the subscriber deletes it).
