@@ -91,7 +91,7 @@ func (c *combiner) send(ctx context.Context, batch []*scriptCall) {
 	var again []int
 	for i, cmd := range cmds {
 		batch[i].res, batch[i].err = cmd.Slice()
-		if batch[i].err != nil && strings.HasPrefix(batch[i].err.Error(), "NOSCRIPT") {
+		if IsNoScript(batch[i].err) {
 			again = append(again, i)
 		}
 	}
@@ -148,3 +148,8 @@ func (g *Gates) RunScripts(ctx context.Context, calls []*Call) {
 		c.Res, c.Err = batch[i].res, batch[i].err
 	}
 }
+
+// IsNoScript reports whether err is Redis refusing a script by sha that it
+// does not know (a first call, or after a restart or failover): the
+// script did not run, and may be sent again in full.
+func IsNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }

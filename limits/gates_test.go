@@ -214,7 +214,7 @@ func TestBookSpacesSlotsAndBooksARepublishNothing(t *testing.T) {
 	l := limits.Limit{Rate: 10, Burst: 2, Period: time.Second}
 	bs := make([]limits.Booking, 6)
 	for i := range bs {
-		bs[i] = limits.Booking{Keys: b.k, Limit: l, EventID: string(rune('a' + i)), TaskID: "s:" + string(rune('a'+i)), MarkerTTL: time.Minute}
+		bs[i] = limits.Booking{Keys: b.k, Limit: l, EventID: string(rune('a' + i)), TaskID: "s:" + string(rune('a'+i)), RecordTTL: time.Minute}
 	}
 	start := time.Now()
 	got, err := b.g.Book(ctx, bs...)
@@ -243,7 +243,7 @@ func TestBookSpacesSlotsAndBooksARepublishNothing(t *testing.T) {
 	if err != nil || !again[0].Duplicate {
 		t.Fatalf("re-publish: %+v, %v; want a duplicate", again, err)
 	}
-	fresh, err := b.g.Book(ctx, limits.Booking{Keys: b.k, Limit: l, EventID: "z", TaskID: "s:z", MarkerTTL: time.Minute})
+	fresh, err := b.g.Book(ctx, limits.Booking{Keys: b.k, Limit: l, EventID: "z", TaskID: "s:z", RecordTTL: time.Minute})
 	if gap := fresh[0].At.Sub(got[5].At); err != nil || gap > 101*time.Millisecond || gap < 99*time.Millisecond {
 		t.Fatalf("the next new event is %v after the last booked one (%v); want one interval: the duplicate took no slot", gap, err)
 	}
@@ -262,7 +262,7 @@ func TestNotBeforeBookingsDoNotDelayTheRest(t *testing.T) {
 	var bs []limits.Booking
 	for i := range 5 {
 		id := string(rune('a' + i))
-		bs = append(bs, limits.Booking{Keys: b.k, Limit: l, EventID: id, TaskID: "s:" + id, MarkerTTL: time.Minute, NotBefore: nb})
+		bs = append(bs, limits.Booking{Keys: b.k, Limit: l, EventID: id, TaskID: "s:" + id, RecordTTL: time.Minute, NotBefore: nb})
 	}
 	later, err := b.g.Book(ctx, bs...)
 	if err != nil {
@@ -271,7 +271,7 @@ func TestNotBeforeBookingsDoNotDelayTheRest(t *testing.T) {
 	if later[0].In < 59*time.Minute || later[4].At.Sub(later[0].At) != 4*time.Second {
 		t.Fatalf("not-before bookings %+v; want from an hour on, a second apart", later)
 	}
-	now, err := b.g.Book(ctx, limits.Booking{Keys: b.k, Limit: l, EventID: "now", TaskID: "s:now", MarkerTTL: time.Minute})
+	now, err := b.g.Book(ctx, limits.Booking{Keys: b.k, Limit: l, EventID: "now", TaskID: "s:now", RecordTTL: time.Minute})
 	if err != nil || now[0].In > time.Second {
 		t.Fatalf("an event for now after them: in %v (%v); want now", now[0].In, err)
 	}
@@ -283,7 +283,7 @@ func TestNotBeforeBookingsDoNotDelayTheRest(t *testing.T) {
 func TestBookRefusesPausedUnlessHeldAndUnknown(t *testing.T) {
 	b, ctx := setup(t), context.Background()
 	b.rdb.HSet(ctx, b.k.Record, "paused", "operator")
-	bk := limits.Booking{Keys: b.k, Limit: wide, EventID: "e", TaskID: "s:e", MarkerTTL: time.Minute}
+	bk := limits.Booking{Keys: b.k, Limit: wide, EventID: "e", TaskID: "s:e", RecordTTL: time.Minute}
 	if got, err := b.g.Book(ctx, bk); err != nil || !got[0].Paused {
 		t.Fatalf("paused: %+v, %v", got, err)
 	}
@@ -298,7 +298,7 @@ func TestBookRefusesPausedUnlessHeldAndUnknown(t *testing.T) {
 		t.Fatalf("held booking of a subscriber not paused: %+v, %v; want not marked held", got, err)
 	}
 	other := b.ns.Gates("nobody")
-	if got, err := b.g.Book(ctx, limits.Booking{Keys: other, Limit: wide, EventID: "e", TaskID: "nobody:e", MarkerTTL: time.Minute}); err != nil || !got[0].Unknown {
+	if got, err := b.g.Book(ctx, limits.Booking{Keys: other, Limit: wide, EventID: "e", TaskID: "nobody:e", RecordTTL: time.Minute}); err != nil || !got[0].Unknown {
 		t.Fatalf("unknown subscriber: %+v, %v", got, err)
 	}
 }
@@ -330,7 +330,7 @@ func TestBookCapsTheFreshLane(t *testing.T) {
 	b, ctx := setup(t), context.Background()
 	book := func(id string, nb time.Time) string {
 		t.Helper()
-		got, err := b.g.Book(ctx, limits.Booking{Keys: b.k, Limit: wide, EventID: id, TaskID: "s:" + id, MarkerTTL: time.Minute,
+		got, err := b.g.Book(ctx, limits.Booking{Keys: b.k, Limit: wide, EventID: id, TaskID: "s:" + id, RecordTTL: time.Minute,
 			NotBefore: nb, FreshMax: 2, FreshQueue: "f", BacklogQueue: "b"})
 		if err != nil {
 			t.Fatal(err)
@@ -367,7 +367,7 @@ func TestBookCapsTheFreshLane(t *testing.T) {
 func TestBookingRecordTakenAndResent(t *testing.T) {
 	b, ctx := setup(t), context.Background()
 	wide := limits.Limit{Rate: 1000, Burst: 1000, Period: time.Second}
-	bk := limits.Booking{Keys: b.k, Limit: wide, EventID: "e", EventType: "video.x", TaskID: "s:e", MarkerTTL: time.Minute}
+	bk := limits.Booking{Keys: b.k, Limit: wide, EventID: "e", EventType: "video.x", TaskID: "s:e", RecordTTL: time.Minute}
 	rec := b.k.Deliveries + "e"
 	if got, err := b.g.Book(ctx, bk); err != nil || got[0].Duplicate {
 		t.Fatalf("first booking: %+v, %v", got, err)

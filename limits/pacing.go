@@ -120,12 +120,12 @@ type Booking struct {
 	// Resend books a delivery booked before again (a resend or a replay):
 	// a new series of attempts in the same delivery record.
 	Resend bool
-	// MarkerTTL is how long the delivery record (and with it the
+	// RecordTTL is how long the delivery record (and with it the
 	// booking, so a re-publish books nothing and goes to the queue the
 	// first one chose) lives at least: the retry horizon, then the dedup
 	// window. The worker extends it by the dedup window as the delivery
 	// ends. The delivery log lists it as long.
-	MarkerTTL time.Duration
+	RecordTTL time.Duration
 	Held      bool // book even when the subscriber is paused
 	// FreshMax is how many of the subscriber's tasks may be in the fresh
 	// lane at once: a task due now goes to FreshQueue while fewer are, else
@@ -181,7 +181,7 @@ func (g *Gates) BookWith(ctx context.Context, also []*Call, bs ...Booking) ([]Bo
 		ms := float64(b.Limit.Interval()) / float64(time.Millisecond)
 		keys := []string{b.Keys.Record, pacingKey(b.Keys, nb), b.Keys.Waiting, b.Keys.Seen + b.EventID, b.Keys.Fresh,
 			b.Keys.Deliveries + b.EventID, b.Keys.Log}
-		calls[i] = &Call{Script: bookScript, Keys: keys, Args: []any{ms, b.Limit.Burst, nb, b.MarkerTTL.Milliseconds(), b.TaskID, held,
+		calls[i] = &Call{Script: bookScript, Keys: keys, Args: []any{ms, b.Limit.Burst, nb, b.RecordTTL.Milliseconds(), b.TaskID, held,
 			b.FreshMax, FreshTTL.Milliseconds(), b.FreshQueue, b.BacklogQueue, b.EventType, b.EventID, resend}}
 	}
 	g.RunScripts(ctx, append(calls, also...))

@@ -98,7 +98,12 @@ func (p *Producer) Deliveries(ctx context.Context, sub string, q DeliveryQuery) 
 			return nil, "", fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 		}
 		budget -= len(entries)
-		recs, err := p.readRecords(ctx, sub, entries)
+		subs, ids := make([]string, len(entries)), make([]string, len(entries))
+		for i, e := range entries {
+			subs[i] = sub
+			ids[i], _ = e.Values["e"].(string)
+		}
+		recs, err := p.readRecords(ctx, subs, ids)
 		if err != nil {
 			return nil, "", err
 		}
@@ -123,26 +128,25 @@ func validStreamID(s string) bool {
 	return ok && err1 == nil && err2 == nil
 }
 
-// readRecords reads the records the log entries name, in one round trip;
-// entries whose record is gone (past its retention) are left out.
-func (p *Producer) readRecords(ctx context.Context, sub string, entries []redis.XMessage) ([]tasks.DeliveryRecord, error) {
-	if len(entries) == 0 {
-		return nil, nil
+// readRecords reads the records of event ids[i] to subscribers subs[i],
+// without their attempts, in one round trip (one per Cluster node); those
+// gone (past their retention) are left out.
+func (p *Producer) readRecords(ctx context.Context, subs, ids []string) ([]tasks.DeliveryRecord, error) {
+	out := make([]tasks.DeliveryRecord, 0, len(ids))
+	if len(ids) == 0 {
+		return out, nil
 	}
-	cmds := make([]*redis.MapStringStringCmd, len(entries))
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
 	if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for i, e := range entries {
-			id, _ := e.Values["e"].(string)
-			cmds[i] = pl.HGetAll(ctx, p.keys.Delivery(sub, id))
+		for i := range ids {
+			cmds[i] = pl.HGetAll(ctx, p.keys.Delivery(subs[i], ids[i]))
 		}
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
-	out := make([]tasks.DeliveryRecord, 0, len(entries))
-	for i, e := range entries {
-		id, _ := e.Values["e"].(string)
-		if r, ok := tasks.ParseDeliveryRecord(sub, id, cmds[i].Val(), false); ok {
+	for i := range ids {
+		if r, ok := tasks.ParseDeliveryRecord(subs[i], ids[i], cmds[i].Val(), false); ok {
 			out = append(out, r)
 		}
 	}
@@ -168,22 +172,12 @@ func (p *Producer) GetEvent(ctx context.Context, id string) (EventRecord, error)
 	if err != nil {
 		return EventRecord{}, err
 	}
-	out := EventRecord{Event: ev, PublishedAt: published, Deliveries: []tasks.DeliveryRecord{}}
-	cmds := make([]*redis.MapStringStringCmd, len(subs))
-	if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for i, s := range subs {
-			cmds[i] = pl.HGetAll(ctx, p.keys.Delivery(s, id))
-		}
-		return nil
-	}); err != nil {
-		return EventRecord{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	ids := make([]string, len(subs))
+	for i := range ids {
+		ids[i] = id
 	}
-	for i, s := range subs {
-		if r, ok := tasks.ParseDeliveryRecord(s, id, cmds[i].Val(), false); ok {
-			out.Deliveries = append(out.Deliveries, r)
-		}
-	}
-	return out, nil
+	recs, err := p.readRecords(ctx, subs, ids)
+	return EventRecord{Event: ev, PublishedAt: published, Deliveries: recs}, err
 }
 
 // Resend sends event eventID to subscriber sub again, with the same
@@ -197,7 +191,8 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	if err != nil {
 		return Target{}, err
 	}
-	if _, err := p.GetSubscriber(ctx, sub); err != nil {
+	s, err := p.GetSubscriber(ctx, sub)
+	if err != nil {
 		return Target{}, err
 	}
 	taskID := tasks.TaskID(sub, eventID)
@@ -222,13 +217,13 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 			}
 			return t, nil
 		}
-		if err := p.freeTask(ctx, sub, eventID, asynq.TaskStateArchived); err != nil {
+		if err := p.freeArchived(rec.Queue, taskID); err != nil {
 			return Target{}, err
 		}
 	default:
 		// Under way, unless its task is gone (a publish or resend whose
 		// enqueue failed after the booking): then it is sent again too.
-		if gone, err := p.taskGone(ctx, sub, eventID); err != nil || !gone {
+		if gone, err := p.taskGone(rec.Queue, taskID); err != nil || !gone {
 			return Target{}, cmp.Or(err, fmt.Errorf("%w: the delivery of %s to %s is %s: it is still being delivered, nothing is sent again",
 				ErrDeliveryActive, eventID, sub, rec.State))
 		}
@@ -241,10 +236,6 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	if err != nil {
 		return Target{}, err
 	}
-	s, err := p.GetSubscriber(ctx, sub)
-	if err != nil {
-		return Target{}, err
-	}
 	res, err := p.fanOutResend(ctx, ev, s)
 	if err != nil {
 		return Target{}, err
@@ -252,24 +243,13 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	return res.Targets[0], nil
 }
 
-// bookedQueue is the queue a delivery's task was booked in ("" once it was
-// delivered: the record keeps it no longer).
-func (p *Producer) bookedQueue(ctx context.Context, sub, eventID string) (string, error) {
-	q, err := p.rdb.HGet(ctx, p.keys.Delivery(sub, eventID), "q").Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return "", fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+// taskGone reports whether task id is not in queue q, where it was booked
+// (false when q is not known).
+func (p *Producer) taskGone(q, id string) (bool, error) {
+	if q == "" {
+		return false, nil
 	}
-	return q, nil
-}
-
-// taskGone reports whether a delivery's task is in no queue it was booked
-// in.
-func (p *Producer) taskGone(ctx context.Context, sub, eventID string) (bool, error) {
-	q, err := p.bookedQueue(ctx, sub, eventID)
-	if err != nil || q == "" {
-		return false, err
-	}
-	_, err = p.inspector.GetTaskInfo(q, tasks.TaskID(sub, eventID))
+	_, err := p.inspector.GetTaskInfo(q, id)
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 		return true, nil
@@ -279,21 +259,19 @@ func (p *Producer) taskGone(ctx context.Context, sub, eventID string) (bool, err
 	return false, nil
 }
 
-// freeTask deletes a delivery's task if it is in state (archived: a dead
-// letter's, so that a resend may take its id).
-func (p *Producer) freeTask(ctx context.Context, sub, eventID string, state asynq.TaskState) error {
-	q, err := p.bookedQueue(ctx, sub, eventID)
-	if err != nil || q == "" {
-		return err
+// freeArchived deletes task id from queue q if it is archived there (a
+// dead letter's), so that a resend may take its id.
+func (p *Producer) freeArchived(q, id string) error {
+	if q == "" {
+		return nil
 	}
-	id := tasks.TaskID(sub, eventID)
 	info, err := p.inspector.GetTaskInfo(q, id)
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 		return nil
 	case err != nil:
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	case info.State != state:
+	case info.State != asynq.TaskStateArchived:
 		return nil
 	}
 	if err := p.inspector.DeleteTask(q, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {

@@ -73,7 +73,7 @@ func (p *Producer) storedEvent(ctx context.Context, id string) (tasks.Event, []s
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return tasks.Event{}, nil, time.Time{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
-	ev, published, subs, ok := tasks.ParseStoredEvent(v)
+	ev, subs, published, ok := tasks.ParseStoredEvent(v)
 	if !ok {
 		return ev, nil, time.Time{}, fmt.Errorf("%w: %s (never published, or past the payload retention of %s)",
 			ErrUnknownEvent, id, p.cfg.PayloadRetention)

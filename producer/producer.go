@@ -423,7 +423,7 @@ func (p *Producer) fanOutAs(ctx context.Context, ev tasks.Event, opts *PublishOp
 	for i, s := range subs {
 		horizon := cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)
 		bs[i] = limits.Booking{Keys: p.keys.Gates(s.ID), Limit: s.Limit, NotBefore: notBefore, EventID: ev.ID, EventType: ev.Type,
-			TaskID: tasks.TaskID(s.ID, ev.ID), MarkerTTL: horizon + p.cfg.DedupWindow, Held: held, Resend: resend,
+			TaskID: tasks.TaskID(s.ID, ev.ID), RecordTTL: horizon + p.cfg.DedupWindow, Held: held, Resend: resend,
 			FreshMax:     p.cfg.FreshMax,
 			FreshQueue:   p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneFresh, shards),
 			BacklogQueue: p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneBacklog, shards)}

@@ -224,7 +224,7 @@ func TestPublishFanOutAndDuplicates(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	defer rdb.Close()
 	v, err := rdb.Get(ctx, tasks.Keys(b.ns).Event("evt_1")).Result()
-	if ev, _, subs, ok := tasks.ParseStoredEvent(v); err != nil || !ok || strings.Count(v, "vv_9f31c2") != 1 ||
+	if ev, subs, _, ok := tasks.ParseStoredEvent(v); err != nil || !ok || strings.Count(v, "vv_9f31c2") != 1 ||
 		fmt.Sprint(subs) != "[all paused videos]" || ev.Type != "video.trending" {
 		t.Fatalf("stored event %q, %v; want it once with its three subscribers", v, err)
 	}

@@ -25,8 +25,8 @@ var States = []string{StateScheduled, StatePending, StateInFlight, StateRetrying
 
 // DeliveryRecord is what hooklane keeps of one (subscriber, event)
 // delivery. Its hash fields: g, w, q (the generation, first wake-up and
-// queue it was booked with at publish: a re-publish is a duplicate; w and
-// q are dropped once it ends), t (event type), p (published, Unix ms,
+// queue it was booked with at publish: a re-publish is a duplicate; w is
+// dropped once it ends, q once it is delivered), t (event type), p (published, Unix ms,
 // Redis' clock), u (due), s (state), nx (next attempt), dl (delivered), n
 // (attempts), r (resends), and one field per attempt (AttemptField, its
 // time; EncodeAttempt, the rest). Field names and values are short: a
@@ -43,6 +43,9 @@ type DeliveryRecord struct {
 	AttemptCount int       `json:"attempt_count"`
 	Resends      int       `json:"resends,omitempty"`
 	Attempts     []Attempt `json:"attempts,omitempty"` // oldest first; only where asked for
+	// Queue is the asynq queue its task was booked in, while the record
+	// keeps it (not once delivered); not shown.
+	Queue string `json:"-"`
 }
 
 // AttemptField names the record field of an attempt made at at.
@@ -62,7 +65,7 @@ func ParseDeliveryRecord(sub, eventID string, h map[string]string, withAttempts 
 		return time.UnixMilli(n).UTC()
 	}
 	d := DeliveryRecord{SubscriberID: sub, EventID: eventID, EventType: h["t"], State: h["s"],
-		PublishedAt: ms("p"), DueAt: ms("u"), DeliveredAt: ms("dl"), NextAttempt: ms("nx")}
+		PublishedAt: ms("p"), DueAt: ms("u"), DeliveredAt: ms("dl"), NextAttempt: ms("nx"), Queue: h["q"]}
 	d.AttemptCount, _ = strconv.Atoi(h["n"])
 	d.Resends, _ = strconv.Atoi(h["r"])
 	if withAttempts {
@@ -90,19 +93,30 @@ func ParseDeliveryRecord(sub, eventID string, h map[string]string, withAttempts 
 // ParseStoredEvent reads the value of an event's key (Keys.Event):
 // "<published Unix ms> <subscriber id> …\n<Event JSON>". ok is false for
 // an empty or malformed value (no such event). The subscribers are sorted.
-func ParseStoredEvent(v string) (ev Event, published time.Time, subs []string, ok bool) {
-	head, body, found := strings.Cut(v, "\n")
+func ParseStoredEvent(v string) (ev Event, subs []string, published time.Time, ok bool) {
+	head, _, _ := strings.Cut(v, "\n")
 	fields := strings.Fields(head)
-	if !found || len(fields) == 0 || json.Unmarshal([]byte(body), &ev) != nil {
-		return Event{}, time.Time{}, nil, false
+	ev, ok = StoredEventOnly(v)
+	if !ok || len(fields) == 0 {
+		return Event{}, nil, time.Time{}, false
 	}
 	ms, err := strconv.ParseInt(fields[0], 10, 64)
 	if err != nil {
-		return Event{}, time.Time{}, nil, false
+		return Event{}, nil, time.Time{}, false
 	}
 	subs = fields[1:]
 	slices.Sort(subs)
-	return ev, time.UnixMilli(ms).UTC(), subs, true
+	return ev, subs, time.UnixMilli(ms).UTC(), true
+}
+
+// StoredEventOnly reads only the event of an event key's value (what a
+// delivery needs, without its subscriber list).
+func StoredEventOnly(v string) (ev Event, ok bool) {
+	_, body, found := strings.Cut(v, "\n")
+	if !found || json.Unmarshal([]byte(body), &ev) != nil {
+		return Event{}, false
+	}
+	return ev, true
 }
 
 // storedAttempt is an Attempt as a delivery record keeps it: short names,

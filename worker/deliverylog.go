@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -102,17 +101,21 @@ func (h *handler) logDelivery(ctx context.Context, p redis.Pipeliner, r *run) {
 // noScript sends again, with the script's text, the delivery-record writes
 // of runs that Redis refused because it did not know the script yet (the
 // first batch, or after a restart or failover): they did not run, and the
-// rest of their pipeline did, so only they go again. err is the pipeline's.
-func (h *handler) noScript(ctx context.Context, runs []*run, err error) error {
-	if err == nil || !isNoScript(err) {
-		return err
+// rest of their pipeline did, so only they go again. cmds and err are the
+// pipeline's; any other failure in it is err, and the batch goes again.
+func (h *handler) noScript(ctx context.Context, runs []*run, cmds []redis.Cmder, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range cmds {
+		if c.Err() != nil && !limits.IsNoScript(c.Err()) {
+			return err
+		}
 	}
 	var again []*run
 	for _, r := range runs {
-		if r.logCmd != nil && isNoScript(r.logCmd.Err()) {
+		if r.logCmd != nil && limits.IsNoScript(r.logCmd.Err()) {
 			again = append(again, r)
-		} else if r.logCmd != nil && r.logCmd.Err() != nil {
-			return err // another failure: the whole batch goes again
 		}
 	}
 	_, err = h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -123,5 +126,3 @@ func (h *handler) noScript(ctx context.Context, runs []*run, err error) error {
 	})
 	return err
 }
-
-func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }

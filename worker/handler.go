@@ -151,7 +151,7 @@ func (h *handler) loadEvent(ctx context.Context, sub, id string) (tasks.Event, e
 	if err != nil {
 		return tasks.Event{}, h.infra("load event", sub, err)
 	}
-	ev, _, _, parsed := tasks.ParseStoredEvent(v)
+	ev, parsed := tasks.StoredEventOnly(v)
 	switch {
 	case !ok:
 		return ev, dead(DeadUndecodable, "event %s's payload is gone from Redis (it is kept for its retry horizon and 10 minutes at least)", id)

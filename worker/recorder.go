@@ -71,11 +71,11 @@ func (h *handler) record(ctx context.Context, r *run, err error) error {
 		// The recorder is closed or its queue is full (Redis slow): write
 		// this run's outcome here, so nothing waits on a lock.
 		var incs []increment
-		_, perr := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds, perr := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			h.count(ctx, p, &x.r, x.fields, direct(ctx, p, &incs))
 			return nil
 		})
-		if perr = h.noScript(ctx, []*run{&x.r}, perr); perr != nil {
+		if perr = h.noScript(ctx, []*run{&x.r}, cmds, perr); perr != nil {
 			h.stats.RecordErrors.Add(1)
 			h.log.Warn("could not record outcome; a lost slot release frees itself after its ttl",
 				"subscriber_id", r.sub, "task_id", r.taskID, "err", perr)
@@ -305,7 +305,7 @@ func (rc *recorder) write(ctx context.Context, batch []recorded, inc func(key, f
 	}
 	h := rc.h
 	var deferred []increment
-	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range batch {
 			h.count(ctx, p, &batch[i].r, batch[i].fields, func(key, field string, n int64) {
 				deferred = append(deferred, increment{key, field, n})
@@ -317,7 +317,7 @@ func (rc *recorder) write(ctx context.Context, batch []recorded, inc func(key, f
 	for i := range batch {
 		runs[i] = &batch[i].r
 	}
-	if err = h.noScript(ctx, runs, err); err != nil {
+	if err = h.noScript(ctx, runs, cmds, err); err != nil {
 		return false
 	}
 	for _, d := range deferred {
