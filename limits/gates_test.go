@@ -403,3 +403,31 @@ func TestBookingRecordTakenAndResent(t *testing.T) {
 		t.Fatalf("%d log entries; want the one of the first publish", n)
 	}
 }
+
+// A request that waited for a rate-limit slot booked ahead takes its
+// in-flight slot with Take: that is when its record goes in flight, not
+// when the slot was booked.
+func TestTakeMarksTheRecordInFlight(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	l := limits.Limit{Rate: 1, Burst: 1, Period: time.Second}
+	bk := limits.Booking{Keys: b.k, Limit: limits.Limit{Rate: 1000, Burst: 1000, Period: time.Second}, EventID: "e", TaskID: "s:e", RecordTTL: time.Minute}
+	if _, err := b.g.Book(ctx, bk); err != nil {
+		t.Fatal(err)
+	}
+	rec := b.k.Deliveries + "e"
+	if a := b.admit(t, limits.AdmitRequest{Limit: l, MaxInFlight: 10, SlotTTL: time.Minute}); !a.Admitted() {
+		t.Fatalf("first admit (the burst): %+v", a)
+	}
+	if a := b.admit(t, limits.AdmitRequest{Limit: l, MaxInFlight: 10, SlotTTL: time.Minute, Reserve: 2 * time.Second, Record: rec}); !a.Reserved() {
+		t.Fatalf("second admit: %+v; want a slot reserved ahead", a)
+	}
+	if s := b.rdb.HGet(ctx, rec, "s").Val(); s != "pending" {
+		t.Fatalf("record state with a slot reserved: %q; want pending", s)
+	}
+	if a, err := b.g.Take(ctx, b.k, rec, 10, time.Minute); err != nil || !a.Admitted() {
+		t.Fatalf("take: %+v, %v", a, err)
+	}
+	if s := b.rdb.HGet(ctx, rec, "s").Val(); s != "in_flight" {
+		t.Fatalf("record state after Take: %q; want in_flight", s)
+	}
+}

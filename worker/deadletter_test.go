@@ -350,3 +350,34 @@ func TestTaskWhoseStoredEventIsGoneIsDeadLettered(t *testing.T) {
 		t.Fatalf("%d requests; want none", n)
 	}
 }
+
+// The breaker's probe whose stored event turns out gone is never sent: it
+// gives the probe role back at once, so the next task may probe.
+func TestProbeWhoseStoredEventIsGoneGivesTheRoleBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{})
+	s := testkit.NewSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+	gate := tasks.Keys(b.ns).Gate("s")
+	// Open, with the next probe due now: the first task to come is the probe.
+	if err := b.rdb.HSet(ctx, gate, "b_open", time.Now().UnixMilli(), "b_next", 0, "b_gap", 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.p.Publish(ctx, tasks.Event{ID: "e1", Type: "t", Data: []byte(`1`)},
+		&producer.PublishOpts{NotBefore: time.Now().Add(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rdb.Del(ctx, tasks.Keys(b.ns).Event("e1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the probe dead-lettered", func() bool {
+		return len(b.dead(t, producer.DeadLetterQuery{Subscriber: "s"})) == 1
+	})
+	if p := b.rdb.HGet(ctx, gate, "b_probe").Val(); p != "" {
+		t.Fatalf("probe role still held until %s after its unsent probe", p)
+	}
+	if n := s.Count(); n != 0 {
+		t.Fatalf("%d requests; want none", n)
+	}
+}
