@@ -25,26 +25,40 @@ type combiner struct {
 	queue []*scriptCall
 }
 
+// scriptCall is one call of a batch: a script, or (fill set) commands of
+// any kind.
 type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
 	res    []any
-	err    error
-	done   chan struct{} // closed once res and err are set
-	lead   chan struct{} // this call is to send the next batch
+	// fill queues the call's commands on the batch's pipeline, instead of
+	// a script; cmds are then those commands, sent, and err the first
+	// one's error.
+	fill func(p redis.Pipeliner)
+	cmds []redis.Cmder
+	err  error
+	done chan struct{} // closed once res and err are set
+	lead chan struct{} // this call is to send the next batch
 }
 
 // run runs script as part of a batch and returns its reply.
 func (c *combiner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) ([]any, error) {
-	call := &scriptCall{script: script, keys: keys, args: args, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	call := &scriptCall{script: script, keys: keys, args: args}
+	c.do(ctx, call)
+	return call.res, call.err
+}
+
+// do sends call as part of a batch and returns once it is answered.
+func (c *combiner) do(ctx context.Context, call *scriptCall) {
+	call.done, call.lead = make(chan struct{}), make(chan struct{}, 1)
 	c.mu.Lock()
 	c.queue = append(c.queue, call)
 	if c.busy {
 		c.mu.Unlock()
 		select {
 		case <-call.done:
-			return call.res, call.err
+			return
 		case <-call.lead:
 		}
 		c.mu.Lock()
@@ -65,7 +79,6 @@ func (c *combiner) run(ctx context.Context, script *redis.Script, keys []string,
 		c.busy = false
 	}
 	c.mu.Unlock()
-	return call.res, call.err
 }
 
 // send runs a batch's scripts in one pipeline (by their sha; those Redis
@@ -76,20 +89,36 @@ func (c *combiner) send(ctx context.Context, batch []*scriptCall) {
 			close(call.done)
 		}
 	}()
-	if len(batch) == 1 {
+	if len(batch) == 1 && batch[0].fill == nil {
 		call := batch[0]
 		call.res, call.err = call.script.Run(ctx, c.rdb, call.keys, call.args...).Slice()
 		return
 	}
 	cmds := make([]*redis.Cmd, len(batch))
-	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	spans := make([][2]int, len(batch)) // each fill's commands in all
+	all, _ := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, call := range batch {
+			if call.fill != nil {
+				spans[i][0] = p.Len()
+				call.fill(p)
+				spans[i][1] = p.Len()
+				continue
+			}
 			cmds[i] = call.script.EvalSha(ctx, p, call.keys, call.args...)
 		}
 		return nil
 	})
 	var again []int
 	for i, cmd := range cmds {
+		if call := batch[i]; call.fill != nil {
+			call.cmds = all[spans[i][0]:spans[i][1]]
+			for _, c := range call.cmds {
+				if call.err = c.Err(); call.err != nil {
+					break
+				}
+			}
+			continue
+		}
 		batch[i].res, batch[i].err = cmd.Slice()
 		if IsNoScript(batch[i].err) {
 			again = append(again, i)
@@ -123,6 +152,15 @@ func (g *Gates) Get(ctx context.Context, key string) (v string, ok bool, err err
 	}
 	v, ok = res[0].(string)
 	return v, ok, nil
+}
+
+// Pipelined sends the commands fill queues in the round trip of the gate
+// scripts of concurrent deliveries (see combiner), and returns them sent
+// and the first one's error, as redis' Pipelined does.
+func (g *Gates) Pipelined(ctx context.Context, fill func(p redis.Pipeliner)) ([]redis.Cmder, error) {
+	call := &scriptCall{fill: fill}
+	g.comb.do(ctx, call)
+	return call.cmds, call.err
 }
 
 // Call is one script call for Gates.RunScripts: Res and Err are its reply

@@ -44,7 +44,7 @@ func (h *holdFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h *holdFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if n := cmds[0].Name(); n == "evalsha" || n == "eval" { // not a new connection's handshake
+		if n := cmds[0].Name(); n != "hello" && n != "auth" && n != "select" && n != "client" { // not a new connection's handshake
 			h.mu.Lock()
 			h.pipes = append(h.pipes, len(cmds))
 			h.mu.Unlock()
@@ -120,5 +120,75 @@ return {ARGV[1]}`, testkit.Namespace("combine")))
 				t.Errorf("pipelines sent %v, want %v (the %d calls that queued behind the first in one batch)", h.pipes, want, n-1)
 			}
 		})
+	}
+}
+
+// Commands queued with Pipelined while a batch is on its way go in the next
+// batch with the scripts that queued meanwhile: one pipeline; each call
+// gets its own commands' replies, and a failing command fails only its
+// call.
+func TestPipelinedCommandsShareTheScriptsBatch(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: 20})
+	t.Cleanup(func() { c.Close() })
+	ns := testkit.Namespace("combine-fill")
+	script := redis.NewScript(fmt.Sprintf("-- %s\nreturn {ARGV[1]}", ns))
+	g := limits.NewGates(c)
+	const scripts, fills = 4, 3
+	h := &holdFirst{release: func() bool { return limits.QueuedCalls(g) == scripts+fills }}
+	c.AddHook(h)
+	ctx := context.Background()
+	other := redis.NewClient(&redis.Options{Addr: redisSrv.Addr}) // not held
+	t.Cleanup(func() { other.Close() })
+	if err := other.Set(ctx, ns+":text", "not a number", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = limits.RunBatched(ctx, g, script, []string{"k"}, "first") })
+	testkit.Eventually(t, 5*time.Second, "the first call is on its way", h.held.Load)
+	res := make([][]any, scripts)
+	for i := range scripts {
+		wg.Go(func() { res[i], _ = limits.RunBatched(ctx, g, script, []string{"k"}, fmt.Sprint(i)) })
+	}
+	cmds := make([][]redis.Cmder, fills)
+	errs := make([]error, fills)
+	for i := range fills {
+		wg.Go(func() {
+			cmds[i], errs[i] = g.Pipelined(ctx, func(p redis.Pipeliner) {
+				key := fmt.Sprintf("%s:%d", ns, i)
+				if i == 1 {
+					key = ns + ":text" // INCR fails
+				}
+				p.Set(ctx, fmt.Sprintf("%s:set%d", ns, i), i, time.Minute)
+				p.Incr(ctx, key)
+			})
+		})
+	}
+	wg.Wait()
+	for i := range scripts {
+		if len(res[i]) != 1 || res[i][0] != fmt.Sprint(i) {
+			t.Errorf("script call %d: reply %v", i, res[i])
+		}
+	}
+	for i := range fills {
+		if len(cmds[i]) != 2 {
+			t.Fatalf("fill %d: got %d commands back, want its 2", i, len(cmds[i]))
+		}
+		incr := cmds[i][1].(*redis.IntCmd)
+		switch {
+		case i == 1 && (errs[i] == nil || errs[i] != incr.Err()):
+			t.Errorf("fill 1: error %v, want its INCR's (%v)", errs[i], incr.Err())
+		case i != 1 && (errs[i] != nil || incr.Val() != 1):
+			t.Errorf("fill %d: INCR %d, error %v; want 1, nil", i, incr.Val(), errs[i])
+		}
+		if v, _ := other.Get(ctx, fmt.Sprintf("%s:set%d", ns, i)).Int(); v != i {
+			t.Errorf("fill %d: its SET left %d", i, v)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if want := []int{scripts + 2*fills}; fmt.Sprint(h.pipes) != fmt.Sprint(want) {
+		t.Errorf("pipelines sent %v, want %v: every call that queued behind the first in one", h.pipes, want)
 	}
 }

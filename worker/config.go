@@ -35,9 +35,14 @@ type Config struct {
 	Redis redis.UniversalClient
 	// Namespace (HOOKLANE_NAMESPACE) must match the producer's. Default "hooklane".
 	Namespace string
-	// Concurrency (HOOKLANE_CONCURRENCY) is the number of tasks handled at
-	// once, including those waiting briefly for a destination. Default 200.
+	// Concurrency (HOOKLANE_CONCURRENCY) is the number of tasks each lane
+	// (fresh, backlog) handles at once, including those waiting briefly for
+	// a destination. Default 200.
 	Concurrency int
+	// DequeueLoops (HOOKLANE_DEQUEUE_LOOPS) is how many asynq Servers, each
+	// a dequeue loop, every lane runs, its Concurrency split among them.
+	// Default 8 (at most Concurrency).
+	DequeueLoops int
 	// MaxWaiters (HOOKLANE_MAX_WAITERS) caps the tasks of one destination
 	// waiting in this process (for an in-flight slot or their rate-limit
 	// slot); more are deferred. Default Concurrency/4.
@@ -132,6 +137,7 @@ func (c Config) WithDefaults() Config {
 	c.RedisConfig = c.RedisConfig.WithDefaults()
 	c.Namespace = cmp.Or(c.Namespace, "hooklane")
 	c.Concurrency = cmp.Or(c.Concurrency, 200)
+	c.DequeueLoops = cmp.Or(c.DequeueLoops, 8)
 	c.MaxWaiters = cmp.Or(c.MaxWaiters, max(c.Concurrency/4, 1))
 	c.MaxWaiting = cmp.Or(c.MaxWaiting, max(c.Concurrency/2, 1))
 	c.MaxWait = cmp.Or(c.MaxWait, time.Second)
@@ -176,6 +182,7 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("worker: Namespace (HOOKLANE_NAMESPACE): %w", err))
 	}
 	atLeast("Concurrency (HOOKLANE_CONCURRENCY)", c.Concurrency, 1)
+	atLeast("DequeueLoops (HOOKLANE_DEQUEUE_LOOPS)", c.DequeueLoops, 1)
 	atLeast("MaxWaiters (HOOKLANE_MAX_WAITERS)", c.MaxWaiters, 1)
 	atLeast("MaxWaiting (HOOKLANE_MAX_WAITING)", c.MaxWaiting, 1)
 	positive("ConnectTimeout (HOOKLANE_CONNECT_TIMEOUT)", c.ConnectTimeout)
@@ -260,6 +267,7 @@ func FromEnv() (Config, error) {
 		}
 	}
 	intVar("HOOKLANE_CONCURRENCY", &c.Concurrency)
+	intVar("HOOKLANE_DEQUEUE_LOOPS", &c.DequeueLoops)
 	intVar("HOOKLANE_MAX_WAITERS", &c.MaxWaiters)
 	intVar("HOOKLANE_MAX_WAITING", &c.MaxWaiting)
 	durVar("HOOKLANE_MAX_WAIT", &c.MaxWait, NoWait, true) // 0: no in-handler wait

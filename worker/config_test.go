@@ -17,7 +17,7 @@ import (
 // naming the variable (it would silently become the default), except where
 // zero has a meaning of its own; negatives are refused everywhere.
 func TestFromEnvRefusesZeroAndNegativeValues(t *testing.T) {
-	vars := []string{"HOOKLANE_CONCURRENCY", "HOOKLANE_MAX_WAITERS", "HOOKLANE_MAX_WAITING", "HOOKLANE_CONNECT_TIMEOUT",
+	vars := []string{"HOOKLANE_CONCURRENCY", "HOOKLANE_DEQUEUE_LOOPS", "HOOKLANE_MAX_WAITERS", "HOOKLANE_MAX_WAITING", "HOOKLANE_CONNECT_TIMEOUT",
 		"HOOKLANE_REQUEST_TIMEOUT", "HOOKLANE_MAX_RETRY_AFTER", "HOOKLANE_BACKOFF_BASE", "HOOKLANE_BACKOFF_MAX",
 		"HOOKLANE_PAUSE_RECHECK", "HOOKLANE_POLL_INTERVAL", "HOOKLANE_FORWARD_INTERVAL", "HOOKLANE_SHUTDOWN_TIMEOUT",
 		"HOOKLANE_DEDUP_WINDOW", "HOOKLANE_PAYLOAD_RETENTION"}
@@ -60,7 +60,7 @@ func TestFromEnvRefusesZeroAndNegativeValues(t *testing.T) {
 		t.Fatal("MAX_WAIT=-1s accepted")
 	}
 	// The Go API refuses what the environment does.
-	for _, c := range []worker.Config{{Concurrency: -1}, {MaxWaiting: -3}, {BackoffBase: -time.Second}, {ShutdownTimeout: -1}, {MaxWait: -2}} {
+	for _, c := range []worker.Config{{Concurrency: -1}, {DequeueLoops: -2}, {MaxWaiting: -3}, {BackoffBase: -time.Second}, {ShutdownTimeout: -1}, {MaxWait: -2}} {
 		if _, err := worker.New(c); err == nil {
 			t.Errorf("New(%+v) accepted", c)
 		}

@@ -305,13 +305,14 @@ func (rc *recorder) write(ctx context.Context, batch []recorded, inc func(key, f
 	}
 	h := rc.h
 	var deferred []increment
-	cmds, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	// With the gate scripts of the deliveries starting meanwhile: one round
+	// trip for both.
+	cmds, err := h.gates.Pipelined(ctx, func(p redis.Pipeliner) {
 		for i := range batch {
 			h.count(ctx, p, &batch[i].r, batch[i].fields, func(key, field string, n int64) {
 				deferred = append(deferred, increment{key, field, n})
 			})
 		}
-		return nil
 	})
 	runs := make([]*run, len(batch))
 	for i := range batch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -14,16 +15,19 @@ import (
 	"github.com/hooklane/hooklane/tasks"
 )
 
-// servers are the asynq Servers of one worker process: one per lane (fresh
-// and backlog) of each region it serves, each with a dequeue loop of its
-// own, so that a backlog in one lane never holds up the other, and each
-// trying only its lane's shard queues.
+// servers are the asynq Servers of one worker process: DequeueLoops per
+// lane (fresh and backlog) of each region it serves, so that a backlog in
+// one lane never holds up the other, each trying only its lane's shard
+// queues.
 //
 // asynq dequeues by trying a Server's queues one script each, in weighted
 // random order, until one has a task: with n shards and one of them busy,
 // about (n+1)/2 round trips per task. That is why a single Redis keeps one
 // shard per lane, and why lanes get Servers of their own instead of sharing
-// one.
+// one. A Server dequeues one task at a time, a round trip each: a lane's
+// several Servers (its Concurrency split among them) dequeue side by side,
+// and the more tasks start together, the more gate scripts and outcomes
+// share a round trip (see limits.combiner and recorder).
 type servers struct {
 	w      *Worker
 	shards int
@@ -60,7 +64,7 @@ func (s *servers) serveLegacy(ctx context.Context) error {
 	if ok, err := s.w.rdb.SIsMember(ctx, tasks.AsynqQueues, q).Result(); err != nil || !ok {
 		return err
 	}
-	srv := asynq.NewServerFromRedisClient(s.w.rdb, s.w.asynqConfig(map[string]int{q: 1}))
+	srv := asynq.NewServerFromRedisClient(s.w.rdb, s.w.asynqConfig(map[string]int{q: 1}, s.w.cfg.Concurrency))
 	if err := srv.Start(s.w.handler); err != nil {
 		return err
 	}
@@ -77,17 +81,49 @@ func (s *servers) serve(region string) error {
 		return errors.New("worker: shutting down")
 	}
 	for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
-		name := region + "/" + lane
-		if s.byName[name] != nil {
-			continue
+		for i, conc := range splitConcurrency(s.w.cfg.Concurrency, s.w.cfg.DequeueLoops) {
+			name := region + "/" + lane + "/" + strconv.Itoa(i)
+			if s.byName[name] != nil {
+				continue
+			}
+			cfg := s.w.asynqConfig(s.queuesOf(region, lane), conc)
+			if i > 0 {
+				// The lane's first Server polls an idle lane and forwards due
+				// tasks at the configured pace; the others, there for a busy
+				// lane, join it within a second and forward only as a backup.
+				cfg.TaskCheckInterval = max(cfg.TaskCheckInterval, extraLoopPoll)
+				cfg.DelayedTaskCheckInterval = max(cfg.DelayedTaskCheckInterval, extraLoopForward)
+			}
+			srv := asynq.NewServerFromRedisClient(s.w.rdb, cfg)
+			if err := srv.Start(s.w.handler); err != nil {
+				return err
+			}
+			s.byName[name] = srv
 		}
-		srv := asynq.NewServerFromRedisClient(s.w.rdb, s.w.asynqConfig(s.queuesOf(region, lane)))
-		if err := srv.Start(s.w.handler); err != nil {
-			return err
-		}
-		s.byName[name] = srv
 	}
 	return nil
+}
+
+// A lane's Servers after its first poll an empty lane every extraLoopPoll
+// (asynq sleeps half to one and a half of it between tries; shutting down
+// waits for that sleep) and forward due tasks every extraLoopForward.
+const (
+	extraLoopPoll    = 500 * time.Millisecond
+	extraLoopForward = 5 * time.Second
+)
+
+// splitConcurrency is each of a lane's Servers' Concurrency: the lane's n
+// handler slots over at most loops Servers, as evenly as they go.
+func splitConcurrency(n, loops int) []int {
+	loops = max(min(loops, n), 1)
+	c := make([]int, loops)
+	for i := range c {
+		c[i] = n / loops
+		if i < n%loops {
+			c[i]++
+		}
+	}
+	return c
 }
 
 // shutdown stops every Server at once, so that together they take at most
@@ -217,10 +253,10 @@ func (w *Worker) watchRegions(ctx context.Context, s *servers, known []string) {
 }
 
 // asynqConfig is the configuration of each of the worker's asynq Servers.
-func (w *Worker) asynqConfig(queues map[string]int) asynq.Config {
+func (w *Worker) asynqConfig(queues map[string]int, concurrency int) asynq.Config {
 	cfg := w.cfg
 	return asynq.Config{
-		Concurrency:              cfg.Concurrency,
+		Concurrency:              concurrency,
 		Queues:                   queues,
 		IsFailure:                isFailure,
 		RetryDelayFunc:           w.h.retryDelay,

@@ -20,7 +20,8 @@ type Worker struct {
 	cfg      Config
 	rdb      redis.UniversalClient
 	ownRDB   bool
-	handler  asynq.Handler
+	handler  asynq.Handler // runners, around the mux
+	runners  *runners
 	recorder *recorder
 	totals   *totals
 	h        *handler
@@ -74,7 +75,8 @@ func New(cfg Config) (*Worker, error) {
 	w.totals = h.totals
 	mux := asynq.NewServeMux()
 	mux.Handle(tasks.TypeDeliver, h)
-	w.handler = mux
+	w.runners = newRunners(mux)
+	w.handler = w.runners
 	return w, nil
 }
 
@@ -104,6 +106,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ctx.Done()
 	w.cfg.Logger.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
 	srvs.shutdown()
+	w.runners.close()
 	w.h.bg.stop()
 	w.recorder.close()
 	w.totals.close()
