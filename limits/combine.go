@@ -49,17 +49,23 @@ func (c *combiner) run(ctx context.Context, script *redis.Script, keys []string,
 	return call.res, call.err
 }
 
-// do sends call as part of a batch and returns once it is answered.
-func (c *combiner) do(ctx context.Context, call *scriptCall) {
-	call.done, call.lead = make(chan struct{}), make(chan struct{}, 1)
+// do sends calls as part of one batch and returns once they are answered.
+// They share one lead: the caller waits for whichever comes first, its
+// replies or its turn to send the next batch.
+func (c *combiner) do(ctx context.Context, calls ...*scriptCall) {
+	lead := make(chan struct{}, 1)
+	for _, call := range calls {
+		call.done, call.lead = make(chan struct{}), lead
+	}
+	last := calls[len(calls)-1] // answered last: send closes done in batch order
 	c.mu.Lock()
-	c.queue = append(c.queue, call)
+	c.queue = append(c.queue, calls...)
 	if c.busy {
 		c.mu.Unlock()
 		select {
-		case <-call.done:
+		case <-last.done:
 			return
-		case <-call.lead:
+		case <-lead:
 		}
 		c.mu.Lock()
 	}
@@ -136,22 +142,6 @@ func (c *combiner) send(ctx context.Context, batch []*scriptCall) {
 	for _, i := range again {
 		batch[i].res, batch[i].err = cmds[i].Slice()
 	}
-}
-
-var getScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v then return {v} end
-return {}`)
-
-// Get reads string key with the gate scripts of concurrent deliveries,
-// in their round trip (see combiner); ok is false when it does not exist.
-func (g *Gates) Get(ctx context.Context, key string) (v string, ok bool, err error) {
-	res, err := g.comb.run(ctx, getScript, []string{key})
-	if err != nil || len(res) == 0 {
-		return "", false, err
-	}
-	v, ok = res[0].(string)
-	return v, ok, nil
 }
 
 // Pipelined sends the commands fill queues in the round trip of the gate

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -112,6 +113,11 @@ type Admission struct {
 	// record; an answer that is not a failure must end the streak
 	// (BreakerAnswered).
 	Streak bool
+	// Value and Found are AdmitRequest.Read's key, read whatever the
+	// gates answered; ReadErr is the read's failure (not redis.Nil).
+	Value   string
+	Found   bool
+	ReadErr error
 }
 
 // Admitted reports whether the request may be sent now.
@@ -137,6 +143,10 @@ type AdmitRequest struct {
 	// Record is the task's delivery record (GateKeys.Deliveries + event
 	// id): admitted, it is marked in flight and taken (see Book).
 	Record string
+	// Read, if set, is a string key (the task's stored event, in a slot of
+	// its own) read in the same round trip, beside the script: Admission's
+	// Value, Found and ReadErr.
+	Read string
 }
 
 // breakerMinHold is the shortest wait of a task the open breaker holds.
@@ -252,9 +262,26 @@ func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admissio
 	}
 	// Without a record, a key of the same slot that does not exist.
 	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Waiting, cmp.Or(r.Record, k.Deliveries)}
-	res, err := g.comb.run(ctx, admitScript, keys, r.Gen, token, r.SlotTTL.Milliseconds(), r.MaxInFlight,
+	admit := &scriptCall{script: admitScript, keys: keys, args: []any{r.Gen, token, r.SlotTTL.Milliseconds(), r.MaxInFlight,
 		r.Limit.Burst, r.Limit.Rate, r.Limit.Period.Seconds(), r.Reserve.Milliseconds(), nb, r.Member,
-		max(r.Ramp, time.Millisecond).Milliseconds(), breakerMinHold.Milliseconds(), adaptIncreasePerMs)
+		max(r.Ramp, time.Millisecond).Milliseconds(), breakerMinHold.Milliseconds(), adaptIncreasePerMs}}
+	if r.Read == "" {
+		g.comb.do(ctx, admit)
+		return admission(admit.res, admit.err, token)
+	}
+	var get *redis.StringCmd
+	read := &scriptCall{fill: func(p redis.Pipeliner) { get = p.Get(ctx, r.Read) }}
+	g.comb.do(ctx, read, admit)
+	a, err := admission(admit.res, admit.err, token)
+	a.Value, a.ReadErr = get.Val(), get.Err()
+	if a.Found = a.ReadErr == nil; errors.Is(a.ReadErr, redis.Nil) {
+		a.ReadErr = nil
+	}
+	return a, err
+}
+
+// admission reads the reply of the Admit script.
+func admission(res []any, err error, token string) (Admission, error) {
 	if err != nil {
 		return Admission{}, err
 	}

@@ -2,6 +2,8 @@ package limits_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -429,5 +431,59 @@ func TestTakeMarksTheRecordInFlight(t *testing.T) {
 	}
 	if s := b.rdb.HGet(ctx, rec, "s").Val(); s != "in_flight" {
 		t.Fatalf("record state after Take: %q; want in_flight", s)
+	}
+}
+
+// pipes records the commands of every pipeline a client sends.
+type pipes struct {
+	mu   sync.Mutex
+	sent [][]string
+}
+
+func (p *pipes) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *pipes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *pipes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var names []string
+		for _, c := range cmds {
+			names = append(names, c.Name())
+		}
+		p.mu.Lock()
+		p.sent = append(p.sent, names)
+		p.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// Admit reads AdmitRequest.Read (the stored event) in its own round trip,
+// whatever the gates answer, and a missing key is not an error.
+func TestAdmitReadsTheStoredEventInItsRoundTrip(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	ev := b.ns.Event("e1") // another slot than the gates'
+	if err := b.rdb.Set(ctx, ev, "1 s\n{}", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	b.admit(t, limits.AdmitRequest{}) // Redis knows the script from now on
+	rec := &pipes{}
+	b.rdb.AddHook(rec)
+	if a := b.admit(t, limits.AdmitRequest{Read: ev}); !a.Admitted() || !a.Found || a.Value != "1 s\n{}" || a.ReadErr != nil {
+		t.Fatalf("admit with a read: %+v", a)
+	}
+	if a := b.admit(t, limits.AdmitRequest{Read: ev, Gen: "other"}); !a.Unknown || !a.Found || a.Value != "1 s\n{}" {
+		t.Fatalf("refused, the read still answers: %+v", a)
+	}
+	if a := b.admit(t, limits.AdmitRequest{Read: b.ns.Event("gone")}); !a.Admitted() || a.Found || a.ReadErr != nil {
+		t.Fatalf("admit reading a missing key: %+v", a)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, names := range rec.sent {
+		if names[0] == "hello" || names[0] == "client" {
+			continue // a new connection's handshake
+		}
+		if len(names) != 2 || names[0] != "get" || !strings.HasPrefix(names[1], "eval") {
+			t.Errorf("a round trip of %v, want the read and the script together", names)
+		}
 	}
 }

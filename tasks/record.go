@@ -96,7 +96,7 @@ func ParseDeliveryRecord(sub, eventID string, h map[string]string, withAttempts 
 func ParseStoredEvent(v string) (ev Event, subs []string, published time.Time, ok bool) {
 	head, _, _ := strings.Cut(v, "\n")
 	fields := strings.Fields(head)
-	ev, ok = StoredEventOnly(v)
+	ev, ok = storedEventOnly(v)
 	if !ok || len(fields) == 0 {
 		return Event{}, nil, time.Time{}, false
 	}
@@ -109,14 +109,26 @@ func ParseStoredEvent(v string) (ev Event, subs []string, published time.Time, o
 	return ev, subs, time.UnixMilli(ms).UTC(), true
 }
 
-// StoredEventOnly reads only the event of an event key's value (what a
-// delivery needs, without its subscriber list).
-func StoredEventOnly(v string) (ev Event, ok bool) {
+// storedEventOnly reads only the event of an event key's value, without
+// its subscriber list.
+func storedEventOnly(v string) (ev Event, ok bool) {
 	_, body, found := strings.Cut(v, "\n")
 	if !found || json.Unmarshal([]byte(body), &ev) != nil {
 		return Event{}, false
 	}
 	return ev, true
+}
+
+// StoredEventBody is the event JSON of an event key's value, as the
+// producer wrote it (json.Marshal of the Event, "id" first), if it is event
+// id's: what a delivery sends, byte for byte, without parsing it.
+func StoredEventBody(v, id string) ([]byte, bool) {
+	_, body, found := strings.Cut(v, "\n")
+	q, _ := json.Marshal(id) // a string always marshals
+	if !found || !strings.HasPrefix(body, `{"id":`+string(q)+`,`) || !strings.HasSuffix(body, "}") {
+		return nil, false
+	}
+	return []byte(body), true
 }
 
 // storedAttempt is an Attempt as a delivery record keeps it: short names,

@@ -114,3 +114,26 @@ func TestFieldErrorNamesNestedField(t *testing.T) {
 		t.Fatalf("err = %#v, want a FieldError on limit.burst that is ErrInvalid", err)
 	}
 }
+
+// The stored event's JSON is taken as is when it is the event asked for,
+// and refused when it is another's (an id that only starts the same) or
+// not an event's value at all.
+func TestStoredEventBody(t *testing.T) {
+	ev := Event{ID: "e1", Type: "t", Timestamp: time.Date(2026, 12, 1, 9, 0, 0, 5, time.UTC), Data: json.RawMessage(`{"n":[1,2]}`)}
+	b, _ := json.Marshal(ev) // as the producer stores it
+	v := "1764579600000 s1 s2\n" + string(b)
+	got, ok := StoredEventBody(v, "e1")
+	if !ok || string(got) != string(b) {
+		t.Fatalf("StoredEventBody = %q, %v; want the stored JSON %q", got, ok, b)
+	}
+	if back, _, _, ok := ParseStoredEvent(v); !ok || string(back.Data) != string(ev.Data) || !back.Timestamp.Equal(ev.Timestamp) {
+		t.Fatalf("the body sent is not the event parsed: %+v", back)
+	}
+	for _, c := range []struct{ v, id string }{
+		{v, "e"}, {v, "e10"}, {v, "E1"}, {string(b), "e1"}, {"1 s\n", "e1"}, {"1 s\n" + string(b[:20]), "e1"},
+	} {
+		if got, ok := StoredEventBody(c.v, c.id); ok {
+			t.Errorf("StoredEventBody(%q, %q) = %q: taken", c.v, c.id, got)
+		}
+	}
+}

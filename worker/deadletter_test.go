@@ -38,7 +38,7 @@ func TestDeadLetterLedgerAndReplay(t *testing.T) {
 	})
 	e := dl[0]
 	if e.TaskID != "s:e1" || e.Reason != worker.DeadAttempts || e.Event == nil || e.Event.Type != "video.trending" ||
-		len(e.Attempts) != 2 || e.Attempts[0].Status != 503 || e.Attempts[1].RetryAfter != "soon" {
+		string(e.Event.Data) != `{"n":1}` || len(e.Attempts) != 2 || e.Attempts[0].Status != 503 || e.Attempts[1].RetryAfter != "soon" {
 		t.Fatalf("ledger entry %+v", e)
 	}
 	healthy.Store(true)

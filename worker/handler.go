@@ -121,7 +121,7 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	if err != nil {
 		return err
 	}
-	resp := post(ctx, h.client, &sub, &d.Event, h.cfg.ResponseBody, func(status int, hdr http.Header, at time.Time) {
+	resp := post(ctx, h.client, &sub, &d.Event, r.body, h.cfg.ResponseBody, func(status int, hdr http.Header, at time.Time) {
 		hint, _ := limits.ReadRateHint(hdr)
 		h.throttledEarly(ctx, r, status, hdr.Get("Retry-After"), hint, at)
 		h.learnRate(ctx, r, &sub, status, hint)
@@ -144,56 +144,57 @@ func (h *handler) process(ctx context.Context, t *asynq.Task, r *run) error {
 	return h.finish(ctx, &d, &sub, resp, r)
 }
 
-// loadEvent reads the event a task refers to (stored once for all its
-// subscribers), in the round trip of concurrent deliveries' gates.
-func (h *handler) loadEvent(ctx context.Context, sub, id string) (tasks.Event, error) {
-	v, ok, err := h.gates.Get(ctx, h.keys.Event(id))
-	if err != nil {
-		return tasks.Event{}, h.infra("load event", sub, err)
-	}
-	ev, parsed := tasks.StoredEventOnly(v)
-	switch {
-	case !ok:
-		return ev, dead(DeadUndecodable, "event %s's payload is gone from Redis (it is kept for its retry horizon and 10 minutes at least)", id)
-	case !parsed || ev.ID != id:
-		return ev, dead(DeadUndecodable, "event %s's stored payload is unreadable", id)
-	}
-	return ev, nil
-}
-
-// gate reads the event the task refers to, if it does, beside its gates
-// (so that both go in one round trip of the combiner), and passes the
-// gates (passGates). An error reading the event wins over the gates'
-// answer: a dead letter must carry the whole event, or none.
+// gate passes the gates (passGates); for a task that refers to its event
+// (stored once for all its subscribers), the first Admit reads the stored
+// event in its round trip, and r.body is what the request sends. An error
+// reading the event wins over the gates' answer: a dead letter must carry
+// the whole event, or none. A task that never reached Admit reads it only
+// to be dead-lettered with it.
 func (h *handler) gate(ctx context.Context, d *tasks.Delivery, r *run) (tasks.Subscriber, error) {
-	type loaded struct {
-		ev  tasks.Event
-		err error
-	}
-	var ch chan loaded
-	if d.PayloadRef {
-		ch = make(chan loaded, 1)
-		sub, id := d.SubscriberID, d.Event.ID
-		go func() {
-			ev, err := h.loadEvent(ctx, sub, id)
-			ch <- loaded{ev, err}
-		}()
-	}
 	s, err := h.passGates(ctx, d, r)
-	if ch == nil {
+	if !d.PayloadRef {
 		return s, err
 	}
-	l := <-ch
-	if l.err != nil {
+	if !r.eventRead {
+		if err != nil && !errors.As(err, new(*deadLetter)) {
+			return s, err // dropped, or tried again: no event needed
+		}
+		var gerr error
+		r.eventValue, gerr = h.rdb.Get(ctx, h.keys.Event(d.Event.ID)).Result()
+		r.eventFound = gerr == nil
+		if errors.Is(gerr, redis.Nil) {
+			gerr = nil
+		}
+		r.eventErr = gerr
+	}
+	if eerr := h.storedEvent(d, r); eerr != nil {
 		if r.probe { // admitted as the breaker's probe, not sent: another may probe
 			if perr := h.gates.ReleaseProbe(context.WithoutCancel(ctx), r.keys); perr != nil {
 				h.log.Warn("could not give the probe role back; it expires by itself", "subscriber_id", r.sub, "err", perr)
 			}
 		}
-		return s, l.err
+		return s, eerr
 	}
-	d.Event, d.PayloadRef = l.ev, false // whole now
 	return s, err
+}
+
+// storedEvent checks the stored event read for the task and keeps it as
+// the request's body, byte for byte as published (not parsed: a dead
+// letter parses it, see run.wholeEvent).
+func (h *handler) storedEvent(d *tasks.Delivery, r *run) error {
+	id := d.Event.ID
+	if r.eventErr != nil {
+		return h.infra("load event", d.SubscriberID, r.eventErr)
+	}
+	if !r.eventFound {
+		return dead(DeadUndecodable, "event %s's payload is gone from Redis (it is kept for its retry horizon and 10 minutes at least)", id)
+	}
+	body, ok := tasks.StoredEventBody(r.eventValue, id)
+	if !ok {
+		return dead(DeadUndecodable, "event %s's stored payload is unreadable", id)
+	}
+	r.body = body
+	return nil
 }
 
 // passGates checks the attempt budget, reads the subscriber and admits the
@@ -307,6 +308,9 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 	req := limits.AdmitRequest{Gen: d.Gen, Member: r.member, NotBefore: d.NotBefore, Limit: sub.Limit,
 		MaxInFlight: sub.MaxInFlight, SlotTTL: h.cfg.RequestTimeout + maxWait + 5*time.Second, Ramp: h.cfg.Breaker.Ramp,
 		Record: r.keys.Deliveries + d.Event.ID}
+	if d.PayloadRef {
+		req.Read = h.keys.Event(d.Event.ID) // with the first Admit
+	}
 	if maxWait > 0 {
 		// Waiting for a slot of one's own, booked ahead, is bounded and keeps
 		// the destination at its rate: it takes no place in the busy lanes.
@@ -331,6 +335,10 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 			a, err = h.gates.Take(ctx, r.keys, req.Record, sub.MaxInFlight, req.SlotTTL)
 		} else {
 			a, err = h.gates.Admit(ctx, r.keys, req)
+			if req.Read != "" && err == nil {
+				r.eventRead, r.eventValue, r.eventFound, r.eventErr = true, a.Value, a.Found, a.ReadErr
+				req.Read = ""
+			}
 		}
 		switch {
 		case err != nil:

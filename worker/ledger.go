@@ -25,8 +25,8 @@ func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields
 	if errors.As(err, &dl) {
 		e.Reason = dl.reason
 	}
-	if r.d != nil && !r.d.PayloadRef {
-		e.Event = &r.d.Event
+	if ev, ok := r.wholeEvent(); ok {
+		e.Event = ev
 	} else { // unreadable, or its stored event gone: the entry keeps what the task held
 		e.Payload = string(r.payload)
 	}

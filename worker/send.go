@@ -70,14 +70,16 @@ func sign(secrets []string, msgID string, ts time.Time, body []byte) (string, er
 	return strings.Join(sigs, " "), nil
 }
 
-// post sends ev to sub, signed, and reads at most maxResponseBody of the
+// post sends ev (body: its JSON, when the caller has it) to sub, signed, and reads at most maxResponseBody of the
 // answer, keeping its first keep bytes. headers, when not nil, runs as soon as the status line and
 // headers are in, before the body is read: a 429's cooldown is recorded
 // then, not after up to 64 KiB of body, while other requests could slip out.
-func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *tasks.Event, keep int, headers func(status int, h http.Header, at time.Time)) response {
-	body, err := json.Marshal(ev) // {id, type, timestamp, data}
-	if err != nil {
-		return response{err: err}
+func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *tasks.Event, body []byte, keep int, headers func(status int, h http.Header, at time.Time)) response {
+	if body == nil { // else the stored event, as published
+		var err error
+		if body, err = json.Marshal(ev); err != nil { // {id, type, timestamp, data}
+			return response{err: err}
+		}
 	}
 	start := time.Now()
 	// A rotated-out secret keeps signing until its grace ends, so the
