@@ -55,6 +55,18 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 		d.EventType != "video.trending" || d.PublishedAt.IsZero() {
 		t.Fatalf("delivery record %+v, %v; want delivered after one attempt answered 200", d, err)
 	}
+	// Ended: no queue, no next attempt, no booking's wake-up, and it lives
+	// for the dedup window.
+	key := tasks.Keys(b.ns).Delivery("s", "evt_1")
+	h := b.rdb.HGetAll(context.Background(), key).Val()
+	for _, f := range []string{"q", "nx", "w"} {
+		if _, ok := h[f]; ok {
+			t.Errorf("the delivered record keeps field %s: %v", f, h)
+		}
+	}
+	if ttl := b.rdb.PTTL(context.Background(), key).Val(); h["s"] != tasks.StateDelivered || ttl <= 0 {
+		t.Errorf("the delivered record: state %q, ttl %v; want delivered, expiring", h["s"], ttl)
+	}
 }
 
 // Not parallel: the window check measures arrival times to tens of

@@ -22,18 +22,18 @@ import (
 // release before, or past its retention) is not created.
 var deliveryScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 's', ARGV[1])
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'nx', ARGV[2]) else redis.call('HDEL', KEYS[1], 'nx') end
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'dl', ARGV[3]) end
-if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[1], ARGV[4], ARGV[5])
-  redis.call('HINCRBY', KEYS[1], 'n', 1)
-end
+local set, del = {'s', ARGV[1]}, {}
+if ARGV[2] ~= '' then set[#set + 1] = 'nx'; set[#set + 1] = ARGV[2] else del[#del + 1] = 'nx' end
+if ARGV[3] ~= '' then set[#set + 1] = 'dl'; set[#set + 1] = ARGV[3] end
+if ARGV[4] ~= '' then set[#set + 1] = ARGV[4]; set[#set + 1] = ARGV[5] end
+redis.call('HSET', KEYS[1], unpack(set))
+if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[1], 'n', 1) end
 if tonumber(ARGV[6]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
-  redis.call('HDEL', KEYS[1], 'w')
-  if ARGV[1] == 'delivered' then redis.call('HDEL', KEYS[1], 'q') end
+  del[#del + 1] = 'w'
+  if ARGV[1] == 'delivered' then del[#del + 1] = 'q' end
 end
+if #del > 0 then redis.call('HDEL', KEYS[1], unpack(del)) end
 return 1`)
 
 // deliveryState sets the state the run leaves its delivery in (see

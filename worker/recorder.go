@@ -121,7 +121,6 @@ func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields [
 			code = strconv.Itoa(r.attempt.Status)
 		}
 		fields = append(fields, "http:"+code)
-		b, _ := json.Marshal(r.attempt)
 		lk := h.keys.Ledger(r.taskID)
 		key := lk.Attempts
 		switch {
@@ -134,6 +133,7 @@ func (h *handler) count(ctx context.Context, p redis.Pipeliner, r *run, fields [
 			p.ZRem(ctx, h.keys.AllDeadIndex(), r.taskID)
 		case r.delivered:
 		default:
+			b, _ := json.Marshal(r.attempt)
 			p.RPush(ctx, key, b)
 			p.ExpireAt(ctx, key, r.d.ExpiresAt.Add(48*time.Hour))
 		}
