@@ -39,8 +39,8 @@ type FloorConfig struct {
 	// Concurrency, as the worker's, of each Server. Default 200.
 	Concurrency int
 	// Servers is the number of asynq Servers on Queue in this process,
-	// each with a dequeue loop of its own, as a hooklane worker runs one
-	// per lane. Default 1.
+	// each with a dequeue loop of its own, as a hooklane worker runs
+	// several per lane. Default 1.
 	Servers int
 }
 
