@@ -159,37 +159,37 @@ func (h *handler) gate(ctx context.Context, d *tasks.Delivery, r *run) (tasks.Su
 		if err != nil && !errors.As(err, new(*deadLetter)) {
 			return s, err // dropped, or tried again: no event needed
 		}
-		var gerr error
-		r.eventValue, gerr = h.rdb.Get(ctx, h.keys.Event(d.Event.ID)).Result()
-		r.eventFound = gerr == nil
+		v, gerr := h.rdb.Get(ctx, h.keys.Event(d.Event.ID)).Result()
+		found := gerr == nil
 		if errors.Is(gerr, redis.Nil) {
 			gerr = nil
 		}
-		r.eventErr = gerr
+		r.eventErr = h.storedEvent(d, r, v, found, gerr)
 	}
-	if eerr := h.storedEvent(d, r); eerr != nil {
+	if r.eventErr != nil {
 		if r.probe { // admitted as the breaker's probe, not sent: another may probe
 			if perr := h.gates.ReleaseProbe(context.WithoutCancel(ctx), r.keys); perr != nil {
 				h.log.Warn("could not give the probe role back; it expires by itself", "subscriber_id", r.sub, "err", perr)
 			}
 		}
-		return s, eerr
+		return s, r.eventErr
 	}
 	return s, err
 }
 
-// storedEvent checks the stored event read for the task and keeps it as
-// the request's body, byte for byte as published (not parsed: a dead
-// letter parses it, see run.wholeEvent).
-func (h *handler) storedEvent(d *tasks.Delivery, r *run) error {
+// storedEvent checks the stored event read for the task (v; found: it
+// exists; err: the read failed) and keeps it as the request's body, byte
+// for byte as published (not parsed: a dead letter parses it, see
+// run.wholeEvent). The error is what the task ends with instead.
+func (h *handler) storedEvent(d *tasks.Delivery, r *run, v string, found bool, err error) error {
 	id := d.Event.ID
-	if r.eventErr != nil {
-		return h.infra("load event", d.SubscriberID, r.eventErr)
+	if err != nil {
+		return h.infra("load event", d.SubscriberID, err)
 	}
-	if !r.eventFound {
+	if !found {
 		return dead(DeadUndecodable, "event %s's payload is gone from Redis (it is kept for its retry horizon and 10 minutes at least)", id)
 	}
-	body, ok := tasks.StoredEventBody(r.eventValue, id)
+	body, ok := tasks.StoredEventBody(v, id)
 	if !ok {
 		return dead(DeadUndecodable, "event %s's stored payload is unreadable", id)
 	}
@@ -336,7 +336,7 @@ func (h *handler) admit(ctx context.Context, d *tasks.Delivery, sub *tasks.Subsc
 		} else {
 			a, err = h.gates.Admit(ctx, r.keys, req)
 			if req.Read != "" && err == nil {
-				r.eventRead, r.eventValue, r.eventFound, r.eventErr = true, a.Value, a.Found, a.ReadErr
+				r.eventRead, r.eventErr = true, h.storedEvent(d, r, a.Value, a.Found, a.ReadErr)
 				req.Read = ""
 			}
 		}

@@ -84,3 +84,21 @@ func (h *handler) writeDeadLetter(ctx context.Context, r *run, err error, fields
 	h.totals.addAll(incs)
 	return nil
 }
+
+// wholeEvent is the run's event with its data, for a dead letter: the
+// task's own, or the stored one it refers to, if it was read.
+func (r *run) wholeEvent() (*tasks.Event, bool) {
+	switch {
+	case r.d == nil:
+		return nil, false
+	case !r.d.PayloadRef:
+		return &r.d.Event, true
+	case r.body == nil:
+		return nil, false
+	}
+	var ev tasks.Event
+	if json.Unmarshal(r.body, &ev) != nil {
+		return nil, false
+	}
+	return &ev, true
+}

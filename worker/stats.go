@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -94,31 +93,12 @@ type run struct {
 	logCmd  *redis.Cmd
 	logFull bool
 	// The stored event of a task that refers to it (Delivery.PayloadRef):
-	// read with the first Admit (eventRead), and body, its JSON, what the
-	// request sends.
-	eventRead  bool
-	eventValue string
-	eventFound bool
-	eventErr   error
-	body       []byte
-}
-
-// wholeEvent is the run's event with its data, for a dead letter: the
-// task's own, or the stored one it refers to, if it was read.
-func (r *run) wholeEvent() (*tasks.Event, bool) {
-	switch {
-	case r.d == nil:
-		return nil, false
-	case !r.d.PayloadRef:
-		return &r.d.Event, true
-	case r.body == nil:
-		return nil, false
-	}
-	var ev tasks.Event
-	if json.Unmarshal(r.body, &ev) != nil {
-		return nil, false
-	}
-	return &ev, true
+	// read with the first Admit (eventRead), eventErr what the task ends
+	// with if it cannot be sent (gone, unreadable, the read failed), and
+	// body, its JSON, what the request sends.
+	eventRead bool
+	eventErr  error
+	body      []byte
 }
 
 // LatencyBuckets are the upper bounds, in seconds, of the delivery latency
