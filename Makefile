@@ -3,7 +3,15 @@ SHELL := /bin/bash
 GO    ?= go
 SUDO  := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help run test lint bench bench-deferral fuzz redis-server chromium
+# The OpenAPI linters make lint runs, pinned, installed with npm into
+# .hooklane/node (once per pair of versions); make test and make run need
+# no Node.
+SPECTRAL_VERSION := 6.16.3
+REDOCLY_VERSION  := 2.77.0
+NODE_DIR         := .hooklane/node
+LINTERS          := $(NODE_DIR)/installed-spectral-$(SPECTRAL_VERSION)-redocly-$(REDOCLY_VERSION)
+
+.PHONY: help run build test test-short lint bench bench-deferral fuzz redis-server chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -11,18 +19,35 @@ help: ## list the targets
 run: redis-server ## the demo: local redis-server, worker, web UI/API and a demo receiver, in one process
 	$(GO) run . dev
 
-test: redis-server chromium ## run the whole test suite under the race detector (each package starts its own redis-server and checks for leaked goroutines)
-	$(GO) vet ./...
-	@# -p 1: one package at a time, so that the browser test's Chromium and the
-	@# 12,000-delivery ledger test do not skew the worker's timing assertions.
-	$(GO) test -race -p 1 -count=1 -timeout 40m ./...
+build: ## build the hooklane binary into .hooklane/bin/hooklane (or `go install .` puts it in your Go bin folder)
+	$(GO) build -o .hooklane/bin/hooklane .
 
-lint: ## gofmt and go vet
+test: redis-server chromium ## run the whole test suite under the race detector and go vet (each package starts its own redis-server and checks for leaked goroutines)
+	@# -p 1: one package at a time, so that the browser tests' Chromium and
+	@# the worker processes of one package do not skew another's timing
+	@# assertions; inside a package, parallel tests wait on Redis and HTTP
+	@# more than on the CPU.
+	$(GO) test -race -vet=all -p 1 -parallel 4 -count=1 -timeout 40m ./...
+
+test-short: redis-server ## the quick loop, under a minute: the suite without the Cluster, Sentinel, worker-process and browser tests, no race detector
+	$(GO) test -short -parallel 4 -count=1 ./...
+
+lint: $(LINTERS) ## gofmt, go vet, and web/openapi.json through spectral and redocly (installed with npm into .hooklane/node)
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+	@# From web/, where each linter finds its configuration (.spectral.yaml,
+	@# redocly.yaml and .redocly.lint-ignore.yaml): a warning fails too.
+	cd web && ../$(NODE_DIR)/node_modules/.bin/spectral lint --fail-severity=warn openapi.json
+	cd web && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true ../$(NODE_DIR)/node_modules/.bin/redocly lint openapi.json
 
-bench: redis-server ## load harness (deploy/BENCHMARKS.md), ~5 min; scale with BENCH_FLAGS='-scale 2 -hold 60s'
-	$(GO) build -o .hooklane/bin/hooklane .
+$(LINTERS):
+	@command -v npm >/dev/null || { echo "make lint needs Node.js and npm (apt-get install nodejs npm)"; exit 1; }
+	rm -rf $(NODE_DIR) && mkdir -p $(NODE_DIR) && echo '{"private": true}' > $(NODE_DIR)/package.json
+	npm install --prefix $(NODE_DIR) --save-exact --no-audit --no-fund --loglevel=error \
+		@stoplight/spectral-cli@$(SPECTRAL_VERSION) @redocly/cli@$(REDOCLY_VERSION)
+	touch $@
+
+bench: redis-server build ## load harness (deploy/BENCHMARKS.md), ~5 min; scale with BENCH_FLAGS='-scale 2 -hold 60s'
 	.hooklane/bin/hooklane bench -out .hooklane/bench $(BENCH_FLAGS)
 
 bench-deferral: redis-server ## deferral benchmark: 5,000 events to one subscriber at 100/s
@@ -30,7 +55,7 @@ bench-deferral: redis-server ## deferral benchmark: 5,000 events to one subscrib
 
 fuzz: redis-server ## run each fuzz target for 15s (make test runs their seed corpora)
 	$(GO) test -run '^$$' -fuzz FuzzParseRetryAfter -fuzztime 15s ./limits/
-	$(GO) test -run '^$$' -fuzz FuzzDecodeDelivery -fuzztime 15s ./tasks/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeTask -fuzztime 15s ./tasks/
 	$(GO) test -run '^$$' -fuzz FuzzAPIRequests -fuzztime 15s ./web/
 	$(GO) test -run '^$$' -fuzz FuzzRedact -fuzztime 15s ./web/
 

@@ -9,7 +9,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,9 +38,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) error {
-	var level slog.Level // HOOKLANE_LOG_LEVEL: debug, info (default), warn, error
-	if err := level.UnmarshalText([]byte(cmp.Or(os.Getenv("HOOKLANE_LOG_LEVEL"), "info"))); err != nil {
-		return fmt.Errorf("HOOKLANE_LOG_LEVEL: %w", err)
+	level, err := logLevel(os.Getenv("HOOKLANE_LOG_LEVEL"), len(args) > 0 && args[0] == "dev")
+	if err != nil {
+		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	switch {
@@ -81,9 +80,6 @@ func run(ctx context.Context, args []string) error {
 		}
 		return s.Run(ctx)
 	case len(args) == 1 && args[0] == "dev":
-		// Errors only: the demo prints its progress, and each dead letter
-		// it makes on purpose would be a warning.
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 		return dev.Run(ctx, dev.Options{Getenv: os.Getenv, Out: os.Stdout, Logger: log})
 	case len(args) > 0 && args[0] == "bench":
 		exe, err := os.Executable() // the workers it starts are this binary's `worker`
@@ -95,4 +91,21 @@ func run(ctx context.Context, args []string) error {
 		return cli.Run(ctx, args, os.Stdout, os.Getenv)
 	}
 	return cli.ErrUsage
+}
+
+// logLevel reads HOOKLANE_LOG_LEVEL (debug, info, warn, error). Unset, it
+// is info, or for the demo error: the demo prints its progress, and each
+// dead letter it makes on purpose would be a warning.
+func logLevel(v string, demo bool) (slog.Level, error) {
+	var level slog.Level
+	if v == "" {
+		if demo {
+			return slog.LevelError, nil
+		}
+		return slog.LevelInfo, nil
+	}
+	if err := level.UnmarshalText([]byte(v)); err != nil {
+		return 0, fmt.Errorf("HOOKLANE_LOG_LEVEL=%q: want debug, info, warn or error", v)
+	}
+	return level, nil
 }

@@ -157,40 +157,6 @@ func containsAll(info string, lines []string) bool {
 	return true
 }
 
-// MasterForKey names the master that serves key, as the cluster itself
-// says (CLUSTER KEYSLOT and CLUSTER SLOTS on the first node that answers),
-// not as a client under test believes.
-func (c *Cluster) MasterForKey(ctx context.Context, key string) (string, error) {
-	var errs []error
-	for _, addr := range c.Addrs {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
-		master, err := masterForKey(ctx, rdb, key)
-		rdb.Close()
-		if err == nil {
-			return master, nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", addr, err))
-	}
-	return "", errors.Join(errs...)
-}
-
-func masterForKey(ctx context.Context, rdb *redis.Client, key string) (string, error) {
-	slot, err := rdb.ClusterKeySlot(ctx, key).Result()
-	if err != nil {
-		return "", err
-	}
-	slots, err := rdb.ClusterSlots(ctx).Result()
-	if err != nil {
-		return "", err
-	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr, nil // the first node of a range is its master
-		}
-	}
-	return "", fmt.Errorf("no node serves slot %d", slot)
-}
-
 // Stop stops every node and removes a Dir that StartCluster made.
 func (c *Cluster) Stop() {
 	for _, n := range c.Nodes {
@@ -198,5 +164,24 @@ func (c *Cluster) Stop() {
 	}
 	if c.tmp {
 		os.RemoveAll(c.Dir)
+	}
+}
+
+// pollUntil calls cond every 50ms until it holds, ctx ends or deadline
+// passes; the error then names what was awaited and cond's last error.
+func pollUntil(ctx context.Context, deadline time.Time, what string, cond func() (bool, error)) error {
+	for {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out waiting for %s (last error: %v)", what, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

@@ -13,11 +13,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 )
 
 // The harness: three masters come up serving every slot, keys spread over
 // all of them, and Stop ends every node and removes its folder.
 func TestStartClusterSpreadsKeys(t *testing.T) {
+	testkit.Heavy(t, "a Redis Cluster")
+	t.Parallel() // its own servers
 	ctx := context.Background()
 	if _, err := deploy.StartCluster(ctx, deploy.ClusterOpts{Masters: 2}); err == nil || !strings.Contains(err.Error(), "Masters") {
 		t.Fatalf("StartCluster with 2 masters: %v, want an error naming Masters", err)
@@ -48,7 +51,7 @@ func TestStartClusterSpreadsKeys(t *testing.T) {
 	}
 	perMaster := map[string]int{}
 	for i := range 60 {
-		m, err := c.MasterForKey(ctx, fmt.Sprintf("k%d", i))
+		m, err := testkit.MasterForKey(ctx, c, fmt.Sprintf("k%d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,8 +63,8 @@ func TestStartClusterSpreadsKeys(t *testing.T) {
 		}
 	}
 	// A hash tag keeps keys in one slot, so on one master (tasks/keys.go).
-	a, _ := c.MasterForKey(ctx, "hooklane:s:{acme}:gate")
-	b, _ := c.MasterForKey(ctx, "hooklane:s:{acme}:inflight")
+	a, _ := testkit.MasterForKey(ctx, c, "hooklane:s:{acme}:gate")
+	b, _ := testkit.MasterForKey(ctx, c, "hooklane:s:{acme}:inflight")
 	if a != b || a == "" {
 		t.Errorf("keys tagged {acme} on %q and %q", a, b)
 	}
@@ -82,6 +85,7 @@ func TestStartClusterSpreadsKeys(t *testing.T) {
 // A relative Dir (as `hooklane bench -cluster -out .hooklane/x` gives)
 // starts: redis-server resolves the nodes file after its chdir.
 func TestStartClusterInARelativeDir(t *testing.T) {
+	testkit.Heavy(t, "a Redis Cluster")
 	t.Chdir(t.TempDir())
 	c, err := deploy.StartCluster(context.Background(), deploy.ClusterOpts{Dir: "rel/cluster"})
 	if err != nil {

@@ -19,6 +19,8 @@ import (
 // master, puts each key on the master that serves its slot, and asynq's
 // Inspector from AsynqConnOpt reads the queues on the cluster.
 func TestNewClientCluster(t *testing.T) {
+	testkit.Heavy(t, "a Redis Cluster")
+	t.Parallel() // its own servers
 	ctx := context.Background()
 	c, err := deploy.StartCluster(ctx, deploy.ClusterOpts{})
 	if err != nil {
@@ -53,7 +55,7 @@ func TestNewClientCluster(t *testing.T) {
 		if err := rdb.Set(ctx, key, i, 0).Err(); err != nil {
 			t.Fatalf("SET %s: %v", key, err)
 		}
-		m, err := c.MasterForKey(ctx, key)
+		m, err := testkit.MasterForKey(ctx, c, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,8 +100,10 @@ func TestNewClientCluster(t *testing.T) {
 // replica afterwards (a plain client to the old master never would).
 // AsynqConnOpt's Inspector reads the queues through the sentinels too.
 func TestNewClientSentinelFollowsFailover(t *testing.T) {
+	testkit.Heavy(t, "a Sentinel set")
+	t.Parallel() // its own servers
 	ctx := context.Background()
-	s, err := deploy.StartSentinel(ctx, deploy.SentinelOpts{MasterName: "hl-test"})
+	s, err := testkit.StartSentinel(ctx, testkit.SentinelOpts{MasterName: "hl-test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,18 +39,16 @@ type RedisOpts struct {
 	// Args are more redis-server flags (e.g. "--replicaof", "127.0.0.1
 	// 6380"), after StartRedis' own, so that they win over them.
 	Args []string
+	// Lead are arguments before the flags: a config file, and --sentinel
+	// to run a sentinel (testkit.StartSentinel).
+	Lead []string
 }
 
 // StartRedis starts redis-server on 127.0.0.1 and waits until it answers.
 // It fails with a hint when redis-server is not installed. With no Port it
 // picks a free one, and another if that was taken before Redis bound it.
 func StartRedis(ctx context.Context, o RedisOpts) (*Redis, error) {
-	return startServer(ctx, o)
-}
-
-// startServer is StartRedis; lead are arguments before the flags (a
-// Sentinel's config file and --sentinel).
-func startServer(ctx context.Context, o RedisOpts, lead ...string) (*Redis, error) {
+	lead := o.Lead
 	if o.Port != 0 {
 		return startRedis(ctx, o, lead)
 	}

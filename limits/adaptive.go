@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A subscriber's effective rate is the configured limit scaled by what the
@@ -38,47 +36,21 @@ const (
 // takes it.
 const adaptIncreasePerMs = AdaptIncrease / 60000
 
-// KEYS[1]: gate record. ARGV: 1 generation ("" any), 2 factor, 3 floor, 4
-// increase per ms, 5 reason, 6 least ms between two decreases. Reply
-// {code, factor}: 0 unknown subscriber or another generation; 1 decreased
-// less than ARGV[6] ago: unchanged; 2 decreased to factor.
-var adaptScript = redis.NewScript(`
-local rec = redis.call('HMGET', KEYS[1], 'gen', 'a_f', 'a_at')
-if not rec[1] or (ARGV[1] ~= '' and ARGV[1] ~= rec[1]) then return {0, ''} end
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local f = 1
-if rec[2] then
-  local at = tonumber(rec[3]) or now
-  if now - at < tonumber(ARGV[6]) then return {1, rec[2]} end
-  f = math.min(1, tonumber(rec[2]) + tonumber(ARGV[4]) * (now - at))
-end
-f = math.max(tonumber(ARGV[3]), f * tonumber(ARGV[2]))
-local s = string.format('%.4f', f)
-redis.call('HSET', KEYS[1], 'a_f', s, 'a_at', string.format('%d', now), 'a_why', ARGV[5])
-return {2, s}`)
-
-// Throttled lowers the effective rate of k's destination after a 429
-// (reason: what the receiver said), and returns the factor now in force.
-func (g *Gates) Throttled(ctx context.Context, k GateKeys, gen, reason string) (float64, error) {
-	res, err := adaptScript.Run(ctx, g.rdb, []string{k.Record}, gen, AdaptDecrease, adaptFloor, adaptIncreasePerMs,
-		reason, time.Second.Milliseconds()).Slice()
-	if err != nil {
-		return 0, err
-	}
-	s, _ := res[1].(string)
-	f, _ := strconv.ParseFloat(s, 64)
-	return f, nil
-}
+// PolicyLifetime is how long a receiver's RateLimit-Policy cap lasts after
+// the last answer that carried it: a receiver that stops sending the
+// header stops capping the rate then (and an operator's change of the
+// limit forgets it at once: ChangeLimit).
+const PolicyLifetime = 10 * time.Minute
 
 // SetRateCap records the receiver's own rate (RateLimit-Policy), in
-// requests per second; 0 forgets it.
+// requests per second, for PolicyLifetime from now; 0 forgets it.
 func (g *Gates) SetRateCap(ctx context.Context, k GateKeys, perSecond float64) error {
 	if perSecond <= 0 {
-		return g.rdb.HDel(ctx, k.Record, "a_cap", "a_cap_at").Err()
+		return g.rdb.HDel(ctx, k.Record, "a_cap", "a_cap_at", "a_cap_until").Err()
 	}
+	now := time.Now()
 	return g.rdb.HSet(ctx, k.Record, "a_cap", strconv.FormatFloat(perSecond, 'f', 3, 64),
-		"a_cap_at", time.Now().UnixMilli()).Err()
+		"a_cap_at", now.UnixMilli(), "a_cap_until", now.Add(PolicyLifetime).UnixMilli()).Err()
 }
 
 // Effective is a destination's effective rate as Status shows it.
@@ -88,9 +60,25 @@ type Effective struct {
 	Since  time.Time
 }
 
-// ReadEffective reads the effective rate from a gate record's hash
-// (HGETALL) for limit l; now is Redis' clock.
-func ReadEffective(rec map[string]string, l Limit, now time.Time) Effective {
+// ReadEffective reads the effective pace from a gate record's hash
+// (HGETALL) for limit l and maxInFlight slots; now is Redis' clock. It is
+// the lowest of the limit, the adaptive rate, the receiver's policy cap,
+// and what the in-flight slots carry at the endpoint's observed latency
+// (Little's law: maxInFlight ÷ latency), which is what the schedule hands
+// out at when the slots, not the rate, are what limits the destination.
+func ReadEffective(rec map[string]string, l Limit, maxInFlight int, now time.Time) Effective {
+	e := readRate(rec, l, now)
+	if lt, err := strconv.ParseFloat(rec["lt"], 64); err == nil && lt > 0 && maxInFlight > 0 {
+		if slots := float64(maxInFlight) / (lt / 1000) * l.Period.Seconds(); slots < e.Rate {
+			e = Effective{Rate: slots, Reason: "max_in_flight " + strconv.Itoa(maxInFlight) + " at the endpoint's " +
+				strconv.FormatFloat(lt, 'f', 0, 64) + "ms latency"}
+		}
+	}
+	return e
+}
+
+// readRate is the effective rate without the in-flight slots' pace.
+func readRate(rec map[string]string, l Limit, now time.Time) Effective {
 	e := Effective{Rate: float64(l.Rate)}
 	if f, err := strconv.ParseFloat(rec["a_f"], 64); err == nil {
 		at, _ := strconv.ParseInt(rec["a_at"], 10, 64)
@@ -98,7 +86,8 @@ func ReadEffective(rec map[string]string, l Limit, now time.Time) Effective {
 			e = Effective{Rate: float64(l.Rate) * f, Reason: rec["a_why"], Since: time.UnixMilli(at)}
 		}
 	}
-	if c, err := strconv.ParseFloat(rec["a_cap"], 64); err == nil && c*l.Period.Seconds() < e.Rate {
+	until, _ := strconv.ParseInt(rec["a_cap_until"], 10, 64)
+	if c, err := strconv.ParseFloat(rec["a_cap"], 64); err == nil && c*l.Period.Seconds() < e.Rate && (until == 0 || until > now.UnixMilli()) {
 		at, _ := strconv.ParseInt(rec["a_cap_at"], 10, 64)
 		e = Effective{Rate: c * l.Period.Seconds(), Reason: "the receiver's RateLimit-Policy", Since: time.UnixMilli(at)}
 	}

@@ -1,9 +1,105 @@
-// Package limits holds hooklane's per-destination limits and the Redis-side
-// gates that enforce them: the GCRA rate limit (github.com/go-redis/redis_rate),
-// a destination cooldown set from Retry-After, a max-in-flight semaphore whose
-// slots expire, and a pacing cursor that hands deferred work distinct wake-up
-// slots so a backlog drains at the limit instead of waking all at once.
+// Package limits holds hooklane's per-destination limits and the Redis
+// scripts that keep every delivery's state: the schedule a delivery waits
+// in until its destination can take it, the gates it passes just before
+// its request (GCRA rate limit from github.com/go-redis/redis_rate,
+// Retry-After cooldown, max in flight, circuit breaker, effective rate),
+// and the commit of its outcome. It also parses Retry-After and the IETF
+// rate-limit headers.
 //
-// It also parses Retry-After and defines DeferredError, the control error a
-// worker returns to reschedule a task without spending an attempt.
+// # One way to park
+//
+// A delivery that cannot go now — its subscriber is paused or disabled,
+// its breaker is open, its destination cools down after a 429, its rate
+// or in-flight slots are spent, its not-before time or its backoff is
+// ahead — is parked in its subscriber's lot, whatever the reason, and is
+// not in asynq at all. A dispatcher (worker/dispatch.go) hands it to asynq
+// when its destination can take it: Turn moves due deliveries from the lot
+// to asynq's pending list at the subscriber's effective rate, never more
+// than its in-flight slots can carry (max in flight, plus what may wait a
+// slot in a worker for MaxWait: max in flight × MaxWait ÷ the observed
+// latency by Little's law, within the worker's waiting room), nothing
+// while it is paused, cooling down or its breaker open but one probe at a
+// time. So a parked delivery is never run
+// just to look again: holding costs nothing per interval, a wake (resume, a
+// closed breaker, a changed limit, a freed slot, an ended cooldown) is one
+// write to the ready index, and each delivery is then handed out once, at
+// the pace its destination allows. A delivery that can go at once when it
+// is published skips the lot (Book's fast path), so a healthy destination
+// costs nothing extra.
+//
+// The dispatcher learns which subscribers need a turn from the ready index
+// of their region: anything that may let a parked delivery go sooner
+// lowers the subscriber's time there (ZADD LT), after the state that needs
+// it is committed; a dispatcher claims due subscribers with a lease, runs
+// their turns and gives each its next time (the next due delivery, the
+// next rate slot, the cooldown's end, the next probe, the earliest
+// horizon), keeping any earlier time written meanwhile. A worker that runs
+// a delivery writes its outcome and the ready index before asynq lets the
+// task go, so one that dies in between leaves the task to asynq's lease
+// recovery, and the rerun writes them again.
+//
+// # One owner per fact
+//
+// Each delivery has one record (tasks.Keys.Delivery) that says where it is
+// and everything about it: generation, type, times, horizon, attempt
+// budget, state, attempts, and which run owns it. A task in asynq carries
+// only the record's name (tasks.Delivery). Every script that moves a
+// delivery checks the record first and moves it only from where it is:
+// Admit takes it only if no live run owns it, Commit applies an outcome
+// only for the run that owns it, once (a script sent again by a retry
+// finds its token committed and changes nothing), and nothing moves a
+// record back from delivered or dead.
+//
+// # Keys
+//
+// Per subscriber, all in its slot {<subscriber id>} (tasks.Keys.Gates):
+//
+//	gate      hash: generation, config version, pause, breaker (b_*), effective
+//	          rate (a_*), observed latency (lt). Until the subscriber is deleted.
+//	cooldown  Unix ms before which nothing is sent. Until its end + 1 min.
+//	inflight  zset run token → slot expiry. Each slot lives the request timeout
+//	          + MaxWait + 5 s at most; the key a second longer.
+//	gcra      redis_rate's GCRA state (its theoretical arrival time). As long
+//	          as the limiter remembers (redis_rate's own expiry).
+//	lot       zset event id → earliest hand-out (Unix ms): the parked
+//	          deliveries. An entry lives until handed out or taken; its
+//	          horizon (exp) bounds it.
+//	exp       zset event id → horizon (Unix ms) of each parked delivery: a
+//	          turn hands out those past it to be dead-lettered, even while
+//	          the subscriber is held.
+//	out       zset event id → lease end: deliveries handed to asynq and not
+//	          yet taken by a run. Lease 2 min: a turn hands out again one
+//	          whose lease ended (asynq refuses a second task of the id while
+//	          the first exists).
+//	fresh     zset event id → next look: deliveries in the fresh lane (at
+//	          most FreshMax). An entry leaves when its run's outcome is
+//	          committed (or it is parked or dropped); every FreshTTL it is
+//	          looked at and kept while its record says it is still in the
+//	          fresh lane, so a task waiting there long still counts, and one
+//	          lost (Redis' data, a task deleted by hand) frees its place.
+//	          The key lives while it has an entry.
+//	d:<event> the delivery record (tasks.DeliveryRecord). Until due +
+//	          horizon + dedup window; ended, at least the dedup window.
+//	log       stream of the deliveries in publish order. As long as the
+//	          longest record it lists.
+//	stats, dead:<event>, dead-index, opsdead, opsdead:ids: counters and
+//	          dead letters (tasks/keys.go).
+//
+// Per region, in slot {<ns>:ready:<region>}: ready (zset subscriber → next
+// turn, Unix ms) and its claims (zset subscriber → claim end); an entry
+// lives while its subscriber has something parked or handed out.
+//
+// Times are compared in Redis' clock (TIME) in every script, in
+// milliseconds, so a not-before time or a Retry-After deadline is never
+// passed early and workers on skewed hosts agree; no deadline waits in
+// asynq's whole-second schedule.
+//
+// # Probes
+//
+// While a breaker is open, a turn hands out one parked delivery at each
+// probe time, marked as the probe (the oldest parked first). A failed
+// probe spends no attempt — the failure is the endpoint's, not the
+// event's — and goes back to the lot behind the others, so deliveries take
+// turns and none can die of probing; an outage dead-letters a delivery
+// only once its own horizon has passed.
 package limits

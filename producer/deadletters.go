@@ -1,17 +1,14 @@
 package producer
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/tasks"
@@ -193,23 +190,13 @@ func (p *Producer) readEntries(ctx context.Context, ids []string, scores []int64
 			}
 			continue
 		}
-		var e tasks.DeadLetter
-		if err := json.Unmarshal([]byte(entries[i].Val()), &e); err != nil {
+		e, ok := tasks.ParseLedger(entries[i].Val(), attempts[i].Val())
+		if !ok {
 			continue
 		}
 		if (q.Subscriber != "" && e.SubscriberID != q.Subscriber) || (!q.IncludeReplayed && !e.ReplayedAt.IsZero()) ||
 			(!q.Since.IsZero() && e.DeadAt.Before(q.Since)) || (!q.Until.IsZero() && !e.DeadAt.Before(q.Until)) {
 			continue
-		}
-		prev := ""
-		for _, a := range attempts[i].Val() {
-			// A batch of outcomes retried after a write that failed halfway
-			// may have pushed one attempt twice.
-			var at tasks.Attempt
-			if a != prev && json.Unmarshal([]byte(a), &at) == nil {
-				e.Attempts = append(e.Attempts, at)
-			}
-			prev = a
 		}
 		out = append(out, e)
 	}
@@ -308,38 +295,31 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 		o.Error = err.Error()
 		return o
 	}
-	queue := cmp.Or(e.Queue, p.keys.LegacyQueue()) // an entry of the release before has none
-	info, err := p.inspector.GetTaskInfo(queue, e.TaskID)
-	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-		// gone (trimmed from the archive): nothing holds the id
-	case err != nil:
-		o.Error = fmt.Sprintf("%v: %v", ErrRedisUnavailable, err)
-		return o
-	case info.State == asynq.TaskStateArchived:
-		if err := p.inspector.DeleteTask(queue, e.TaskID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
-			o.Error = fmt.Sprintf("freeing the archived task: %v", err)
-			return o
-		}
-	default:
+	// The delivery record, its one owner, says whether it is dead: a
+	// worker that died between the entry and asynq's archive left it to
+	// be tried again, and its delivery clears the entry.
+	if rec, err := p.GetDelivery(ctx, e.SubscriberID, e.Event.ID); err == nil && rec.State != tasks.StateDead {
 		o.Outcome = NotDead
-		o.Error = fmt.Sprintf("the task is %s, not dead: nothing is sent again", info.State)
+		o.Error = fmt.Sprintf("the delivery is %s, not dead: nothing is sent again", rec.State)
+		return o
+	} else if err != nil && !errors.Is(err, ErrUnknownDelivery) {
+		o.Error = err.Error()
 		return o
 	}
-	// The earlier attempts stay in the entry; the replayed task starts a
-	// list of its own.
+	// An entry of the release before keeps its attempts in a list: move
+	// them into the entry, so that the replay's own attempts start apart.
 	if err := p.archiveAttempts(ctx, &e); err != nil {
 		o.Error = err.Error()
 		return o
 	}
-	res, err := p.fanOutResend(ctx, *e.Event, s)
+	res, err := p.fanOut(ctx, *e.Event, nil, []tasks.Subscriber{s}, true)
 	if err != nil {
 		o.Error = err.Error()
 		return o
 	}
 	o.Outcome = res.Targets[0].Outcome
 	e.ReplayedAt = p.nowFunc().UTC()
-	b, _ := json.Marshal(e)
+	b := tasks.MarshalLedger(e)
 	if err := p.rdb.Set(ctx, p.keys.Ledger(e.TaskID).Entry, b, redis.KeepTTL).Err(); err != nil {
 		// Enqueued but not marked: a second replay finds the task queued
 		// and reports not_dead.
@@ -348,11 +328,12 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 	return o
 }
 
-// archiveAttempts moves the attempt list of e into its entry.
+// archiveAttempts moves the attempt list of e (an entry of the release
+// before) into its entry; an entry of this release has them already.
 func (p *Producer) archiveAttempts(ctx context.Context, e *tasks.DeadLetter) error {
 	lk := p.keys.Ledger(e.TaskID)
 	entry, list := lk.Entry, lk.Attempts
-	b, _ := json.Marshal(e) // e.Attempts was read from the list
+	b := tasks.MarshalLedger(*e) // e.Attempts was read from the list
 	_, err := p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 		pl.Set(ctx, entry, b, redis.KeepTTL)
 		pl.Del(ctx, list)

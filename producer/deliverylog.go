@@ -1,7 +1,6 @@
 package producer
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/tasks"
@@ -168,16 +166,16 @@ func (p *Producer) GetEvent(ctx context.Context, id string) (EventRecord, error)
 	if err := tasks.ValidateEventID(id); err != nil {
 		return EventRecord{}, err
 	}
-	ev, subs, published, err := p.storedEvent(ctx, id)
+	se, err := p.StoredEvent(ctx, id)
 	if err != nil {
 		return EventRecord{}, err
 	}
-	ids := make([]string, len(subs))
+	ids := make([]string, len(se.Subscribers))
 	for i := range ids {
 		ids[i] = id
 	}
-	recs, err := p.readRecords(ctx, subs, ids)
-	return EventRecord{Event: ev, PublishedAt: published, Deliveries: recs}, err
+	recs, err := p.readRecords(ctx, se.Subscribers, ids)
+	return EventRecord{Event: se.Event, PublishedAt: se.PublishedAt, Deliveries: recs}, err
 }
 
 // Resend sends event eventID to subscriber sub again, with the same
@@ -200,8 +198,7 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	case tasks.StateDelivered:
 	case tasks.StateDead:
 		// Replayed from its ledger entry, if it has one (the entry is marked
-		// replayed, its archived task freed); else its archived task, if
-		// any, is freed here.
+		// replayed, its archived task freed).
 		entries, err := p.readEntries(ctx, []string{taskID}, nil, DeadLetterQuery{IncludeReplayed: true})
 		if err != nil {
 			return Target{}, err
@@ -217,18 +214,11 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 			}
 			return t, nil
 		}
-		if err := p.freeArchived(rec.Queue, taskID); err != nil {
-			return Target{}, err
-		}
 	default:
-		// Under way, unless its task is gone (a publish or resend whose
-		// enqueue failed after the booking): then it is sent again too.
-		if gone, err := p.taskGone(rec.Queue, taskID); err != nil || !gone {
-			return Target{}, cmp.Or(err, fmt.Errorf("%w: the delivery of %s to %s is %s: it is still being delivered, nothing is sent again",
-				ErrDeliveryActive, eventID, sub, rec.State))
-		}
+		return Target{}, fmt.Errorf("%w: the delivery of %s to %s is %s: it is still being delivered, nothing is sent again",
+			ErrDeliveryActive, eventID, sub, rec.State)
 	}
-	ev, _, _, err := p.storedEvent(ctx, eventID)
+	se, err := p.StoredEvent(ctx, eventID)
 	if errors.Is(err, ErrUnknownEvent) {
 		return Target{}, fmt.Errorf("%w: event %s's payload is past its retention of %s: nothing left to send",
 			ErrPayloadExpired, eventID, p.cfg.PayloadRetention)
@@ -236,46 +226,9 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	if err != nil {
 		return Target{}, err
 	}
-	res, err := p.fanOutResend(ctx, ev, s)
+	res, err := p.fanOut(ctx, se.Event, nil, []tasks.Subscriber{s}, true)
 	if err != nil {
 		return Target{}, err
 	}
 	return res.Targets[0], nil
-}
-
-// taskGone reports whether task id is not in queue q, where it was booked
-// (false when q is not known).
-func (p *Producer) taskGone(q, id string) (bool, error) {
-	if q == "" {
-		return false, nil
-	}
-	_, err := p.inspector.GetTaskInfo(q, id)
-	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	return false, nil
-}
-
-// freeArchived deletes task id from queue q if it is archived there (a
-// dead letter's), so that a resend may take its id.
-func (p *Producer) freeArchived(q, id string) error {
-	if q == "" {
-		return nil
-	}
-	info, err := p.inspector.GetTaskInfo(q, id)
-	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-		return nil
-	case err != nil:
-		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	case info.State != asynq.TaskStateArchived:
-		return nil
-	}
-	if err := p.inspector.DeleteTask(q, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
-		return fmt.Errorf("%w: freeing the archived task: %v", ErrRedisUnavailable, err)
-	}
-	return nil
 }

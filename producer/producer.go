@@ -3,12 +3,9 @@ package producer
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +45,11 @@ var (
 	ErrPayloadExpired = errors.New("payload expired")
 	// ErrDeliveryActive: a resend of a delivery that is still under way.
 	ErrDeliveryActive = errors.New("delivery still under way")
+	// ErrEventConflict: an event id published again with another type or
+	// other data than the event stored under it. Nothing was written: an
+	// id names one event, so that no subscriber is ever sent another
+	// event's body.
+	ErrEventConflict = errors.New("event id conflict")
 )
 
 // Config configures a Producer. Zero fields take the defaults named.
@@ -78,6 +80,11 @@ type Config struct {
 	RetryHorizon time.Duration
 	// MaxDataSize caps an event's data. Default 256 KiB.
 	MaxDataSize int
+	// MaxNotBefore (HOOKLANE_MAX_NOT_BEFORE) is the furthest ahead a
+	// publish's not-before time may be: everything a delivery keeps lives
+	// from its due time on, so this bounds how long an event and its
+	// records are kept. Default 7 days; at most 365 days.
+	MaxNotBefore time.Duration
 	// Shards (HOOKLANE_QUEUE_SHARDS) is the number of delivery queues per
 	// lane and region. Default: what the namespace was created with, else
 	// 1 (6 on a Redis Cluster). Workers must agree: see deploy.EnsureLayout.
@@ -113,6 +120,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 8)
 	c.RetryHorizon = cmp.Or(c.RetryHorizon, 24*time.Hour)
 	c.MaxDataSize = cmp.Or(c.MaxDataSize, tasks.MaxDataSize)
+	c.MaxNotBefore = cmp.Or(c.MaxNotBefore, DefaultMaxNotBefore)
 	c.FreshMax = cmp.Or(c.FreshMax, 100)
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, time.Second)
 	if c.Logger == nil {
@@ -141,6 +149,8 @@ func (c Config) validate() error {
 		return errors.New("producer: RetryHorizon must be at least 1s")
 	case c.MaxDataSize < 1:
 		return errors.New("producer: MaxDataSize must be positive")
+	case c.MaxNotBefore < time.Minute || c.MaxNotBefore > 365*24*time.Hour:
+		return errors.New("producer: MaxNotBefore must be between 1m and 8760h (365 days)")
 	case c.Shards < 0 || c.Shards > 256:
 		return errors.New("producer: Shards must be 0 (the namespace's) or 1-256")
 	case c.FreshMax < 1:
@@ -162,6 +172,9 @@ func (c Config) validate() error {
 	return nil
 }
 
+// DefaultMaxNotBefore is Config.MaxNotBefore's default.
+const DefaultMaxNotBefore = 7 * 24 * time.Hour
+
 // Producer registers subscribers and publishes events. It is safe for
 // concurrent use.
 type Producer struct {
@@ -169,7 +182,7 @@ type Producer struct {
 	rdb       redis.UniversalClient
 	ownRDB    bool
 	client    *asynq.Client
-	inspector *asynq.Inspector
+	inspector *asynq.Inspector // frees a replayed dead letter's archived task
 	gates     *limits.Gates
 	keys      tasks.Keys
 	nowFunc   func() time.Time
@@ -228,357 +241,4 @@ func (p *Producer) Close() error {
 		return p.rdb.Close()
 	}
 	return nil
-}
-
-// Outcome is what Publish did for one subscriber.
-type Outcome string
-
-const (
-	Enqueued  Outcome = "enqueued"
-	Duplicate Outcome = "duplicate" // the task id already existed: nothing new will be sent
-	Failed    Outcome = "failed"    // see Target.Err; publishing again is safe
-	// Held: the subscriber is paused; the event is queued and waits until
-	// it is resumed (or dead-letters at its retry horizon).
-	Held Outcome = "held"
-	// Skipped: the subscriber is paused and PublishOpts.SkipPaused asked
-	// to leave it out: nothing was queued for it.
-	Skipped Outcome = "skipped"
-)
-
-// Target is one subscriber's part of a publish.
-type Target struct {
-	SubscriberID string    `json:"subscriber_id"`
-	TaskID       string    `json:"task_id"`
-	Outcome      Outcome   `json:"outcome"`
-	ProcessAt    time.Time `json:"process_at,omitzero"` // when the task becomes due, if not at once
-	Err          error     `json:"-"`
-}
-
-// PublishResult lists each matching subscriber's outcome.
-type PublishResult struct {
-	EventID string   `json:"event_id"`
-	Targets []Target `json:"targets"`
-}
-
-// PublishOpts are per-call options; nil means none.
-type PublishOpts struct {
-	// NotBefore delays delivery: no request is sent before it.
-	NotBefore time.Time
-	// SkipPaused leaves paused subscribers out (reported Skipped) instead
-	// of holding the event for them until they are resumed (Held, the
-	// default): an explicit choice to drop their events.
-	SkipPaused bool
-}
-
-// Publish delivers ev to every subscriber whose filter matches its type. A
-// paused subscriber's event is held (queued, waiting until it is resumed)
-// unless opts.SkipPaused. A zero ev.Timestamp becomes the publish time. Its cost
-// grows with the number of matching subscribers, not with how many there
-// are: the directory indexes them by event type.
-//
-// The returned error is nil only when every target is enqueued or a
-// duplicate; otherwise it joins the targets' errors, and the result still
-// says what happened to each. Calling Publish again with the same event is
-// safe: what was enqueued is reported as a duplicate.
-func (p *Producer) Publish(ctx context.Context, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
-	if tasks.IsOperatorType(ev.Type) {
-		return nil, &tasks.FieldError{Field: "type", Msg: "types starting with " + tasks.OperatorPrefix + " are hooklane's own events"}
-	}
-	return p.publish(ctx, ev, opts)
-}
-
-// PublishOperatorEvent publishes one of hooklane's own events (a type
-// starting with tasks.OperatorPrefix) to the subscribers that name it: the
-// worker reports breakers and dead letters this way.
-func (p *Producer) PublishOperatorEvent(ctx context.Context, ev tasks.Event) (*PublishResult, error) {
-	if !tasks.IsOperatorType(ev.Type) {
-		return nil, &tasks.FieldError{Field: "type", Msg: "an operator event's type starts with " + tasks.OperatorPrefix}
-	}
-	return p.publish(ctx, ev, nil)
-}
-
-func (p *Producer) publish(ctx context.Context, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
-	if err := p.checkEvent(&ev); err != nil {
-		return nil, err
-	}
-	subs, err := p.matching(ctx, ev.Type)
-	if err != nil {
-		return nil, err
-	}
-	return p.fanOut(ctx, ev, opts, subs, opts == nil || !opts.SkipPaused)
-}
-
-// SendTo delivers ev to one subscriber, whatever its event filter. A paused
-// subscriber's event is held until it is resumed, unless opts.SkipPaused.
-func (p *Producer) SendTo(ctx context.Context, subscriberID string, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
-	if tasks.IsOperatorType(ev.Type) {
-		return nil, &tasks.FieldError{Field: "type", Msg: "types starting with " + tasks.OperatorPrefix + " are hooklane's own events"}
-	}
-	return p.sendTo(ctx, subscriberID, ev, opts)
-}
-
-// SendOperatorEventTo sends one of hooklane's own events (hooklane.ping:
-// the API's test endpoint) to one subscriber, whatever its filter.
-func (p *Producer) SendOperatorEventTo(ctx context.Context, subscriberID string, ev tasks.Event) (*PublishResult, error) {
-	if !tasks.IsOperatorType(ev.Type) {
-		return nil, &tasks.FieldError{Field: "type", Msg: "an operator event's type starts with " + tasks.OperatorPrefix}
-	}
-	return p.sendTo(ctx, subscriberID, ev, nil)
-}
-
-func (p *Producer) sendTo(ctx context.Context, subscriberID string, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
-	if err := p.checkEvent(&ev); err != nil {
-		return nil, err
-	}
-	s, err := p.GetSubscriber(ctx, subscriberID)
-	if err != nil {
-		return nil, err
-	}
-	return p.fanOut(ctx, ev, opts, []tasks.Subscriber{s}, opts == nil || !opts.SkipPaused)
-}
-
-func (p *Producer) checkEvent(ev *tasks.Event) error {
-	if err := ev.Validate(); err != nil {
-		return err
-	}
-	if len(ev.Data) > p.cfg.MaxDataSize {
-		return fmt.Errorf("%w: data is %d bytes, limit %d", ErrPayloadTooLarge, len(ev.Data), p.cfg.MaxDataSize)
-	}
-	if ev.Timestamp.IsZero() {
-		ev.Timestamp = p.nowFunc().UTC().Truncate(time.Second)
-	}
-	return nil
-}
-
-// KEYS: the index sets an event type is looked up in, then the
-// configurations hash (all in slot {<ns>:subs}). Reply: the configurations
-// of the subscribers in any of the sets.
-var matchScript = redis.NewScript(`
-local ids = redis.call('SUNION', unpack(KEYS, 1, #KEYS - 1))
-if #ids == 0 then return {} end
-local out = {}
-for _, v in ipairs(redis.call('HMGET', KEYS[#KEYS], unpack(ids))) do
-  if v then out[#out + 1] = v end
-end
-return out`)
-
-// matching returns the subscribers whose filter matches type t, by id.
-func (p *Producer) matching(ctx context.Context, t string) ([]tasks.Subscriber, error) {
-	keys := append(p.keys.IndexKeysFor(t), p.keys.SubscriberConfigs())
-	vals, err := matchScript.Run(ctx, p.rdb, keys).StringSlice()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	subs := make([]tasks.Subscriber, 0, len(vals))
-	for _, v := range vals {
-		var s tasks.Subscriber
-		if err := json.Unmarshal([]byte(v), &s); err != nil {
-			p.cfg.Logger.Error("skipping unreadable subscriber", "err", err)
-			continue
-		}
-		if s.Matches(t) { // the index is exact; this is belt and braces
-			subs = append(subs, s)
-		}
-	}
-	slices.SortFunc(subs, func(a, b tasks.Subscriber) int { return strings.Compare(a.ID, b.ID) })
-	return subs, nil
-}
-
-// PacingLead is how long before its pacing slot a paced task becomes due
-// (worker.pacingLead is the same for tasks it defers).
-const PacingLead = 500 * time.Millisecond
-
-// fanOut enqueues ev for subs. held queues a paused subscriber's event (it
-// waits until resumed); otherwise a paused subscriber is left out, reported
-// Skipped.
-func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, held bool) (*PublishResult, error) {
-	return p.fanOutAs(ctx, ev, opts, subs, held, false)
-}
-
-// fanOutResend books ev for s again (Resend, Replay), with the same id.
-func (p *Producer) fanOutResend(ctx context.Context, ev tasks.Event, s tasks.Subscriber) (*PublishResult, error) {
-	return p.fanOutAs(ctx, ev, nil, []tasks.Subscriber{s}, true, true)
-}
-
-// fanOutAs is fanOut; resend books deliveries booked before again.
-func (p *Producer) fanOutAs(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, held, resend bool) (*PublishResult, error) {
-	now := p.nowFunc()
-	var notBefore time.Time
-	if opts != nil && opts.NotBefore.After(now) {
-		notBefore = opts.NotBefore
-	}
-	res := &PublishResult{EventID: ev.ID, Targets: []Target{}}
-	if len(subs) == 0 {
-		return res, nil
-	}
-	shards, err := p.shards(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// Book each new task a wake-up slot on its subscriber's pacing cursor,
-	// so that a burst is spread at the subscriber's rate instead of queued
-	// all due now, and a queue (fresh or backlog lane); a re-publish books
-	// nothing and goes where the first went. One round trip for all.
-	bs := make([]limits.Booking, len(subs))
-	for i, s := range subs {
-		horizon := cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)
-		bs[i] = limits.Booking{Keys: p.keys.Gates(s.ID), Limit: s.Limit, NotBefore: notBefore, EventID: ev.ID, EventType: ev.Type,
-			TaskID: tasks.TaskID(s.ID, ev.ID), RecordTTL: horizon + p.cfg.DedupWindow, Held: held, Resend: resend,
-			FreshMax:     p.cfg.FreshMax,
-			FreshQueue:   p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneFresh, shards),
-			BacklogQueue: p.keys.DeliveryQueue(s.Region, s.ID, tasks.LaneBacklog, shards)}
-	}
-	booked, err := p.gates.BookWith(ctx, []*limits.Call{p.storeEvent(ev, subs)}, bs...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-
-	var errs []error
-	for i, s := range subs {
-		b := booked[i]
-		t := Target{SubscriberID: s.ID, TaskID: tasks.TaskID(s.ID, ev.ID)}
-		if b.Paused { // only with SkipPaused: nothing was written
-			t.Outcome = Skipped
-			res.Targets = append(res.Targets, t)
-			continue
-		}
-		if b.Duplicate && b.Taken {
-			// A worker has taken its task: asynq may have forgotten it (it
-			// keeps none after delivery), the delivery record has not.
-			t.Outcome = Duplicate
-			res.Targets = append(res.Targets, t)
-			continue
-		}
-		if b.Unknown {
-			t.Outcome = Failed
-			t.Err = fmt.Errorf("%w: subscriber %s is being created or deleted; publish again", ErrUnknownSubscriber, s.ID)
-			errs = append(errs, t.Err)
-			res.Targets = append(res.Targets, t)
-			continue
-		}
-		// asynq keeps schedule times in whole seconds. A not-before time is
-		// a promise, so it is rounded up (and the gates check it again, in
-		// Redis' clock). A pacing slot is not: the task is due half a second
-		// to a second and a half before it, since asynq moves due tasks only
-		// every so often, and the worker books the slot and waits for it, so
-		// the limit is used in full.
-		if b.In >= time.Second {
-			t.ProcessAt = now.Add(b.In - PacingLead).Truncate(time.Second)
-		}
-		if !notBefore.IsZero() && t.ProcessAt.Before(notBefore) {
-			t.ProcessAt = limits.CeilSecond(notBefore)
-		}
-		t.Outcome, t.Err = p.enqueue(ctx, s, ev, b, now, notBefore, t)
-		if t.Outcome == Enqueued && b.Held {
-			t.Outcome = Held
-		}
-		if t.Err != nil {
-			errs = append(errs, t.Err)
-		}
-		res.Targets = append(res.Targets, t)
-	}
-	if err := p.waitReplicas(ctx, res); err != nil {
-		errs = append(errs, err)
-	}
-	return res, errors.Join(errs...)
-}
-
-// waitReplicas waits, with Config.WaitReplicas, until that many replicas
-// hold every write made so far, and marks the targets enqueued or
-// duplicate failed with ErrNotReplicated if they do not in time.
-//
-// WAIT counts the replicas that acknowledged the last write of its own
-// connection, and go-redis pools connections: the publish's writes went out
-// on others, and a WAIT alone would return at once. So a write goes first
-// on the same connection (a pipeline uses one): a PUBLISH, which Redis
-// replicates and which stores nothing. The replication stream is one
-// ordered log, so a replica that has it has every write acknowledged before.
-func (p *Producer) waitReplicas(ctx context.Context, res *PublishResult) error {
-	want := p.cfg.WaitReplicas
-	if want == 0 || !slices.ContainsFunc(res.Targets, written) {
-		return nil
-	}
-	var wait *redis.Cmd
-	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		pl.Publish(ctx, p.keys.ReplicationMark(), "")
-		// Pipeliner has no Wait: the command as go-redis' Wait sends it.
-		wait = pl.Do(ctx, "wait", want, p.cfg.WaitTimeout.Milliseconds())
-		return nil
-	})
-	var acked int64
-	if err == nil {
-		acked, err = wait.Int64()
-	}
-	if err == nil && acked >= int64(want) {
-		return nil
-	}
-	if err != nil {
-		err = fmt.Errorf("%w: waiting for %d replicas: %v; publish again", ErrNotReplicated, want, err)
-	} else {
-		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v; publish again", ErrNotReplicated, acked, want, p.cfg.WaitTimeout)
-	}
-	for i := range res.Targets {
-		if t := &res.Targets[i]; written(*t) {
-			t.Outcome, t.Err = Failed, err
-		}
-	}
-	return err
-}
-
-// written reports whether the target's publish wrote or found its task.
-func written(t Target) bool { return t.Outcome != Failed && t.Outcome != Skipped }
-
-// enqueue writes one task to asynq, in the queue it was booked for.
-func (p *Producer) enqueue(ctx context.Context, s tasks.Subscriber, ev tasks.Event, b limits.Booked, now, notBefore time.Time, t Target) (Outcome, error) {
-	gen := b.Gen
-	ev.Data = nil // stored once for every subscriber (storeEvent): the task refers to it
-	d := tasks.Delivery{
-		V: tasks.DeliveryVersion, SubscriberID: s.ID, Gen: gen, MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts),
-		Event: ev, PayloadRef: true, EnqueuedAt: now, NotBefore: notBefore,
-		ExpiresAt: now.Add(cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)),
-	}
-	opts := []asynq.Option{
-		// No Retention: the delivery record is the dedup marker and the
-		// log, at a fraction of a kept task's size.
-		asynq.TaskID(t.TaskID), asynq.Queue(b.Queue),
-		// hooklane counts attempts itself (Delivery.MaxAttempts); see tasks.AsynqMaxRetry.
-		asynq.MaxRetry(tasks.AsynqMaxRetry),
-	}
-	if !t.ProcessAt.IsZero() {
-		opts = append(opts, asynq.ProcessAt(t.ProcessAt))
-	}
-	task, err := tasks.NewDeliverTask(d, opts...)
-	if err != nil {
-		return Failed, err
-	}
-	for try := 0; ; try++ {
-		_, err = p.client.EnqueueContext(ctx, task)
-		switch {
-		case err == nil:
-			return Enqueued, nil
-		case errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
-			// The id is taken: by this event, or by a task of a deleted
-			// subscriber of the same id, which would be dropped unsent.
-			if try > 0 || !p.freeStaleTask(b.Queue, t.TaskID, gen) {
-				return Duplicate, nil
-			}
-		default:
-			return Failed, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
-		}
-	}
-}
-
-// freeStaleTask deletes the task with id taskID when it belongs to another
-// generation of its subscriber and is not running, and reports whether it
-// did.
-func (p *Producer) freeStaleTask(queue, taskID, gen string) bool {
-	info, err := p.inspector.GetTaskInfo(queue, taskID)
-	if err != nil || info.State == asynq.TaskStateActive {
-		return false
-	}
-	var d tasks.Delivery
-	if json.Unmarshal(info.Payload, &d) != nil || d.Gen == "" || d.Gen == gen {
-		return false
-	}
-	return p.inspector.DeleteTask(queue, taskID) == nil
 }

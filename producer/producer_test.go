@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,6 +107,7 @@ func TestValidationErrors(t *testing.T) {
 		{"credentials in url", tasks.Subscriber{ID: "a", URL: "https://u:p@a.test/"}, "url"},
 		{"not a url", tasks.Subscriber{ID: "a", URL: "http://[::1"}, "url"},
 		{"bad secret", tasks.Subscriber{ID: "a", URL: "https://a.test", Secrets: []string{"hunter2"}}, "secrets"},
+		{"horizon of microseconds", tasks.Subscriber{ID: "a", URL: "https://a.test", RetryHorizon: tasks.Duration(3031 * time.Nanosecond)}, "retry_horizon"},
 		{"short secret", tasks.Subscriber{ID: "a", URL: "https://a.test", Secrets: []string{"whsec_AAAA"}}, "secrets"},
 		{"bad filter", tasks.Subscriber{ID: "a", URL: "https://a.test", EventTypes: []string{"*"}}, "event_types"},
 		{"zero rate", tasks.Subscriber{ID: "a", URL: "https://a.test", Limit: limits.Limit{Burst: 1, Period: time.Second}}, "limit"},
@@ -208,25 +211,22 @@ func TestPublishFanOutAndDuplicates(t *testing.T) {
 	if info.MaxRetry != tasks.AsynqMaxRetry || info.Retention != 0 {
 		t.Fatalf("task MaxRetry %d Retention %v, want %d and none", info.MaxRetry, info.Retention, tasks.AsynqMaxRetry)
 	}
-	var d tasks.Delivery
-	if err := json.Unmarshal(info.Payload, &d); err != nil || d.ExpiresAt.Sub(d.EnqueuedAt) != 24*time.Hour ||
-		d.MaxAttempts != 8 || d.V != tasks.DeliveryVersion || d.Gen == "" {
-		t.Fatalf("payload %s: %v; want max_attempts 8, version %d and a generation", info.Payload, err, tasks.DeliveryVersion)
+	// The task is a pointer to the delivery record, of this release's
+	// version: no secret, no data, nothing that could go stale.
+	if want := fmt.Sprintf(`{"v":%d,"subscriber_id":"videos","event_id":"evt_1"}`, tasks.TaskVersion); string(info.Payload) != want {
+		t.Fatalf("payload %s, want %s", info.Payload, want)
 	}
-	if strings.Contains(string(info.Payload), "whsec_") {
-		t.Fatal("task payload carries a secret")
-	}
-	// The event's data is stored once, for every subscriber: the tasks
-	// refer to it.
-	if strings.Contains(string(info.Payload), "vv_9f31c2") || !d.PayloadRef {
-		t.Fatalf("task payload %s carries the event's data", info.Payload)
+	rec, err := b.p.GetDelivery(ctx, "videos", "evt_1")
+	if err != nil || rec.ExpiresAt.Sub(rec.DueAt) != 24*time.Hour || rec.EventType != "video.trending" {
+		t.Fatalf("record %+v, %v; want its horizon 24h after its due time", rec, err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	defer rdb.Close()
-	v, err := rdb.Get(ctx, tasks.Keys(b.ns).Event("evt_1")).Result()
-	if ev, subs, _, ok := tasks.ParseStoredEvent(v); err != nil || !ok || strings.Count(v, "vv_9f31c2") != 1 ||
-		fmt.Sprint(subs) != "[all paused videos]" || ev.Type != "video.trending" {
-		t.Fatalf("stored event %q, %v; want it once with its three subscribers", v, err)
+	h, err := rdb.HGetAll(ctx, tasks.Keys(b.ns).Event("evt_1")).Result()
+	se, ok := tasks.ParseStoredEvent(h)
+	if err != nil || !ok || strings.Count(string(se.Body), "vv_9f31c2") != 1 || fmt.Sprint(se.Subscribers) != "[all paused videos]" ||
+		se.Event.Type != "video.trending" {
+		t.Fatalf("stored event %v, %v; want it once with its three subscribers", h, err)
 	}
 	// Kept for the payload retention, or as long as a task may need it:
 	// the retry horizon and its margin.
@@ -274,42 +274,171 @@ func TestSkipPausedLeavesPausedOutAndSaysSo(t *testing.T) {
 	}
 }
 
-func TestNotBeforeSchedulesRoundedUp(t *testing.T) {
+// Everything a delivery keeps lives from its due time on: an event due 48h
+// out is parked until then, its record and log entry live until its due
+// time + horizon + dedup window, its horizon ends a horizon after its due
+// time, and its payload outlives that. One due past the maximum is
+// refused, naming not_before, and writes nothing.
+func TestNotBeforeLivesFromItsDueTime(t *testing.T) {
 	b, ctx := setup(t), context.Background()
 	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test"})
-	nb := time.Now().Add(90 * time.Second).Add(300 * time.Millisecond)
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	nb := time.Now().Add(48 * time.Hour).Add(300 * time.Millisecond)
 	res, err := b.p.Publish(ctx, event("e", "t"), &producer.PublishOpts{NotBefore: nb})
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := testkit.Task(b.insp, b.ns, res.Targets[0].TaskID)
-	if err != nil {
-		t.Fatal(err)
+	if at := res.Targets[0].ProcessAt; at.Before(nb) || at.After(nb.Add(time.Second)) {
+		t.Fatalf("process_at %v; want %v rounded up to the second", at, nb)
 	}
-	if info.State != asynq.TaskStateScheduled || info.NextProcessAt.Before(nb) {
-		t.Fatalf("state %v next %v; want scheduled no earlier than %v", info.State, info.NextProcessAt, nb)
+	keys := tasks.Keys(b.ns)
+	k := keys.Gates("s")
+	d, err := b.p.GetDelivery(ctx, "s", "e")
+	if err != nil || d.State != tasks.StateScheduled || !d.DueAt.Equal(nb.Truncate(time.Millisecond)) ||
+		!d.ExpiresAt.Equal(d.DueAt.Add(24*time.Hour)) {
+		t.Fatalf("record %+v, %v; want scheduled, due at the not-before time, its horizon 24h after", d, err)
+	}
+	if at := rdb.ZScore(ctx, k.Lot, "e").Val(); at != float64(nb.UnixMilli()) {
+		t.Fatalf("parked until %v; want %v", at, nb.UnixMilli())
+	}
+	if _, err := testkit.Task(b.insp, b.ns, res.Targets[0].TaskID); !errors.Is(err, asynq.ErrTaskNotFound) {
+		t.Fatalf("a task in asynq 48h ahead of its time: %v", err)
+	}
+	due := time.Until(nb)
+	within := func(what, key string, want time.Duration) {
+		t.Helper()
+		ttl := rdb.PTTL(ctx, key).Val()
+		if ttl < want-time.Minute || ttl > want+time.Minute {
+			t.Errorf("%s lives %v; want %v", what, ttl.Round(time.Second), want.Round(time.Second))
+		}
+	}
+	within("the delivery record", keys.Delivery("s", "e"), due+24*time.Hour+24*time.Hour)
+	within("the delivery log", keys.DeliveryLog("s"), due+24*time.Hour+24*time.Hour)
+	within("the stored event", keys.Event("e"), due+max(24*time.Hour, 24*time.Hour+producer.EventMargin))
+
+	far := time.Now().Add(producer.DefaultMaxNotBefore + time.Hour)
+	_, err = b.p.Publish(ctx, event("far", "t"), &producer.PublishOpts{NotBefore: far})
+	var fe *tasks.FieldError
+	if !errors.As(err, &fe) || fe.Field != "not_before" || !errors.Is(err, producer.ErrInvalid) {
+		t.Fatalf("not_before past the maximum: %v; want ErrInvalid naming not_before", err)
+	}
+	if n := rdb.Exists(ctx, keys.Delivery("s", "far"), keys.Event("far")).Val(); n != 0 || rdb.XLen(ctx, keys.DeliveryLog("s")).Val() != 1 {
+		t.Fatalf("the refused publish wrote %d keys", n)
 	}
 }
 
-func TestBurstIsPacedAtPublish(t *testing.T) {
+// A burst beyond what the subscriber's pace hands out within the lead
+// waits in its schedule, not in asynq: 2/s with a burst of 2 hands out
+// four (the burst, and a second at 2/s) and parks the rest.
+func TestBurstBeyondThePaceIsParked(t *testing.T) {
 	b, ctx := setup(t), context.Background()
 	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 2, Burst: 2, Period: time.Second}})
-	var at []time.Time
+	var states []string
 	for i := range 8 {
-		res, err := b.p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil)
-		if err != nil {
+		if _, err := b.p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil); err != nil {
 			t.Fatal(err)
 		}
-		at = append(at, res.Targets[0].ProcessAt)
+		d, _ := b.p.GetDelivery(ctx, "s", fmt.Sprintf("e%d", i))
+		states = append(states, d.State)
 	}
-	// Two go at once (the burst); the rest are booked 500ms apart, so the
-	// last of eight has the slot 3s out instead of now. Its task comes due
-	// up to PacingLead before the slot, in asynq's whole seconds: 1.5-2.5s.
-	if !at[0].IsZero() || !at[1].IsZero() {
-		t.Fatalf("burst events scheduled: %v", at[:2])
+	if got := fmt.Sprint(states); got != "[pending pending pending pending scheduled scheduled scheduled scheduled]" {
+		t.Fatalf("states %s; want 4 handed out, 4 parked", got)
 	}
-	if last := time.Until(at[7]); last < 1400*time.Millisecond || last > 2600*time.Millisecond {
-		t.Fatalf("8th event due in %v, want 1.5-2.5s (its slot 3s out, less the lead)", last)
+	if q := testkit.Totals(t, b.insp, b.ns); q.Pending != 4 {
+		t.Fatalf("%d tasks in asynq; want the 4 handed out", q.Pending)
+	}
+}
+
+// An id names one event. Published again with the same type and the same
+// data as a JSON value (re-serialized, without a timestamp) it is a
+// duplicate; with another type or other data it is refused, naming the
+// id, and nothing is written: no subscriber is ever sent another event's
+// body under its id.
+func TestEventIdIsOneEvent(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.put(t, tasks.Subscriber{ID: "ants", URL: "https://a.test", EventTypes: []string{"ant.*"}})
+	b.put(t, tasks.Subscriber{ID: "bees", URL: "https://b.test", EventTypes: []string{"bee.*"}})
+	first := tasks.Event{ID: "e1", Type: "ant.created", Data: json.RawMessage(`{"name":"atta","legs":6}`),
+		Timestamp: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	if _, err := b.p.Publish(ctx, first, nil); err != nil {
+		t.Fatal(err)
+	}
+	again := tasks.Event{ID: "e1", Type: "ant.created", Data: json.RawMessage(` { "legs" : 6.0, "name": "atta" }`)}
+	if res, err := b.p.Publish(ctx, again, nil); err != nil || res.Targets[0].Outcome != producer.Duplicate {
+		t.Fatalf("the same event re-serialized: %+v, %v; want a duplicate", res, err)
+	}
+	for _, other := range []tasks.Event{
+		{ID: "e1", Type: "bee.other", Data: first.Data},
+		{ID: "e1", Type: "ant.created", Data: json.RawMessage(`{"name":"atta","legs":8}`)},
+	} {
+		res, err := b.p.Publish(ctx, other, nil)
+		if !errors.Is(err, producer.ErrEventConflict) || !strings.Contains(err.Error(), "e1") || res != nil {
+			t.Fatalf("another event under id e1 (%s %s): %+v, %v; want ErrEventConflict naming it", other.Type, other.Data, res, err)
+		}
+	}
+	if _, err := b.p.GetDelivery(ctx, "bees", "e1"); !errors.Is(err, producer.ErrUnknownDelivery) {
+		t.Fatalf("the refused publish booked bees: %v", err)
+	}
+	se, err := b.p.StoredEvent(ctx, "e1")
+	if err != nil || se.Event.Type != "ant.created" || string(se.Event.Data) != string(first.Data) || fmt.Sprint(se.Subscribers) != "[ants]" {
+		t.Fatalf("stored event %+v, %v; want the first, published to ants", se, err)
+	}
+}
+
+// before runs a function once, just before the first script call whose
+// keys name key: a step of another call slipped in between two of this
+// call's.
+type before struct {
+	key  string
+	once sync.Once
+	fn   func()
+}
+
+func (h *before) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *before) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.HasPrefix(cmd.Name(), "eval") && slices.Contains(cmd.Args(), any(h.key)) {
+			h.once.Do(h.fn)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *before) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Delete and re-create of one id cannot interleave into a broken state: a
+// subscriber created again between the deletion of the old one's
+// configuration and of its gate keys keeps its gate record (every publish
+// to it would fail until its next PUT otherwise).
+func TestDeleteAndCreateAgainDoNotInterleave(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	keys := tasks.Keys(b.ns)
+	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test"})
+	hooked := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer hooked.Close()
+	var created tasks.Subscriber
+	hooked.AddHook(&before{key: keys.Gate("s"), fn: func() {
+		created = b.put(t, tasks.Subscriber{ID: "s", URL: "https://b.test"}) // the re-create slips in
+	}})
+	p, err := producer.New(&producer.Config{Redis: hooked, Namespace: b.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteSubscriber(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if created.Gen == "" {
+		t.Fatal("the re-create did not slip in: the test did not test")
+	}
+	got, err := b.p.GetSubscriber(ctx, "s")
+	gen, _ := hooked.HGet(ctx, keys.Gate("s"), "gen").Result()
+	if err != nil || got.URL != "https://b.test" || gen != created.Gen {
+		t.Fatalf("after the interleave: %+v, %v, gate generation %q; want the new subscriber with its gate record (%s)", got, err, gen, created.Gen)
+	}
+	if res, err := b.p.Publish(ctx, event("e1", "t"), nil); err != nil || res.Targets[0].Outcome != producer.Enqueued {
+		t.Fatalf("publish to the new subscriber: %+v, %v", res, err)
 	}
 }
 
@@ -368,42 +497,6 @@ func TestRotateSecret(t *testing.T) {
 	}
 }
 
-// A re-publish books no pacing slot: the events after it are paced as if
-// it had not happened.
-func TestRepublishBooksNoPacingSlot(t *testing.T) {
-	b, ctx := setup(t), context.Background()
-	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 1, Period: time.Second}})
-	var due []time.Time
-	for round := range 3 { // publish e0-e4, then the same five twice more
-		for i := range 5 {
-			res, err := b.p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := producer.Enqueued; round > 0 {
-				want = producer.Duplicate
-				if res.Targets[0].Outcome != want {
-					t.Fatalf("round %d, e%d: %s, want %s", round, i, res.Targets[0].Outcome, want)
-				}
-			} else {
-				due = append(due, res.Targets[0].ProcessAt)
-			}
-		}
-	}
-	res, err := b.p.Publish(ctx, event("e5", "t"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// At one a second, e5 is due a second after e4: not ten seconds more
-	// for the ten duplicates.
-	if gap := res.Targets[0].ProcessAt.Sub(due[4]); gap < 0 || gap > 2*time.Second {
-		t.Fatalf("e5 due %v after e4; want about a second (the duplicates booked nothing)", gap)
-	}
-}
-
-// The worker lists a dead letter in the global index just before it writes
-// the entry: a reader that meets such a fresh member without its entry
-// leaves it; an old one without an entry (expired, deleted) it drops.
 func TestListingKeepsFreshIndexMembersWithoutEntries(t *testing.T) {
 	b, ctx := setup(t), context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
@@ -462,39 +555,5 @@ func TestWaitReplicas(t *testing.T) {
 			!errors.Is(res.Targets[0].Err, producer.ErrNotReplicated) {
 			t.Fatalf("publish %d without a replica: %+v, %v; want the target failed with ErrNotReplicated", i+1, res, err)
 		}
-	}
-}
-
-// A woken task can be parked again before the wake has cleaned up its
-// index entry (its breaker reopened, or it was throttled): the entry it
-// wrote anew must survive, or the next wake does not find it and the task
-// sleeps until its own far wake-up (a flapping endpoint's events were left
-// undelivered for a minute this way).
-func TestWakeKeepsEntriesParkedAnew(t *testing.T) {
-	b, ctx := setup(t), context.Background()
-	// A minute apart: none comes due (and goes pending) during the test.
-	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 1, Period: time.Minute}})
-	for i := range 4 {
-		if _, err := b.p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	defer rdb.Close()
-	k := tasks.Keys(b.ns).Gates("s")
-	snap, err := limits.NewGates(rdb).WaitingAll(ctx, k)
-	if err != nil || len(snap) != 3 {
-		t.Fatalf("waiting index = %v, %v; want the 3 events past the burst", snap, err)
-	}
-	// The first is parked anew, as its handler would after being woken.
-	again := redis.Z{Score: snap[0].Score + 60_000, Member: snap[0].Member}
-	rdb.ZAdd(ctx, k.Waiting, again)
-	woken, busy, err := b.p.WakeMembers(ctx, "s", snap)
-	if err != nil || woken != len(snap) || len(busy) != 0 {
-		t.Fatalf("WakeMembers = %d woken, %d busy, %v; want %d, 0", woken, len(busy), err, len(snap))
-	}
-	left, err := rdb.ZRangeWithScores(ctx, k.Waiting, 0, -1).Result()
-	if err != nil || len(left) != 1 || left[0] != again {
-		t.Fatalf("waiting index after the wake = %v, %v; want only the entry parked anew, %v", left, err, again)
 	}
 }

@@ -32,7 +32,8 @@ func (p *Producer) RotateSecret(ctx context.Context, id string, grace time.Durat
 	if err != nil {
 		return tasks.Subscriber{}, "", err
 	}
-	err = p.updateSubscriber(ctx, id, func(s tasks.Subscriber, found bool) (tasks.Subscriber, error) {
+	var gen string
+	version, err := p.updateSubscriber(ctx, id, func(s tasks.Subscriber, found bool) (tasks.Subscriber, error) {
 		if !found {
 			return s, fmt.Errorf("%w: %s", ErrUnknownSubscriber, id)
 		}
@@ -49,10 +50,17 @@ func (p *Producer) RotateSecret(ctx context.Context, id string, grace time.Durat
 				ErrTooManySecrets, 1+len(retiring), tasks.MaxSecrets)
 		}
 		s.Secrets, s.Retiring = []string{secret}, retiring
+		gen = s.Gen
 		return s, nil
 	})
 	if err != nil {
 		return tasks.Subscriber{}, "", err
+	}
+	// The version in the gate record makes every worker read the new
+	// secrets before its next request to the subscriber.
+	if err := p.rdb.HSet(ctx, p.keys.Gate(id), "gen", gen, "cv", version).Err(); err != nil {
+		return tasks.Subscriber{ID: id, Secrets: []string{secret}}, secret, fmt.Errorf("%w: the new secret is stored, "+
+			"but workers may sign with the old ones for up to a second: %v", ErrRedisUnavailable, err)
 	}
 	// Read back with the gate record (pause); the secret is shown only once,
 	// so a failure here still returns it.

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/tasks"
@@ -53,7 +52,7 @@ func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (ta
 	pause := s.Paused
 	var old tasks.Subscriber
 	var found bool
-	err = p.updateSubscriber(ctx, s.ID, func(cur tasks.Subscriber, ok bool) (tasks.Subscriber, error) {
+	version, err := p.updateSubscriber(ctx, s.ID, func(cur tasks.Subscriber, ok bool) (tasks.Subscriber, error) {
 		old, found = cur, ok
 		if ok {
 			s.Gen = cur.Gen
@@ -68,14 +67,11 @@ func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (ta
 	if err != nil {
 		return s, false, err
 	}
-	if err := p.writeRecord(ctx, s, !found && pause); err != nil {
+	if err := p.writeRecord(ctx, s, version, !found && pause); err != nil {
 		return s, false, err
 	}
-	if found && old.Limit != s.Limit {
-		// The limiter and the pacing cursor remember the old pace, and the
-		// waiting tasks were booked on it: start over, and wake them so
-		// they are paced anew.
-		if err := p.resetPace(ctx, s.ID); err != nil {
+	if found && (old.Limit != s.Limit || old.MaxInFlight != s.MaxInFlight || old.Region != s.Region) {
+		if err := p.repace(ctx, old, s); err != nil {
 			return s, false, err
 		}
 	}
@@ -96,8 +92,9 @@ func newGen() string {
 // configuration as an optimistic transaction: change gets the current
 // configuration (ok false: none) and returns the new one, which is written
 // with its index entries; a concurrent change makes it start over.
-func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(cur tasks.Subscriber, ok bool) (tasks.Subscriber, error)) error {
+func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(cur tasks.Subscriber, ok bool) (tasks.Subscriber, error)) (int64, error) {
 	var changeErr error
+	var version *redis.IntCmd
 	for range 20 {
 		err := p.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			cur, ok, err := p.readConfig(ctx, tx, id)
@@ -113,7 +110,7 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 			b, _ := json.Marshal(next) // plain data: cannot fail
 			_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 				pl.HSet(ctx, p.keys.SubscriberConfigs(), id, b)
-				pl.Incr(ctx, p.keys.SubscriberVersion(id))
+				version = pl.Incr(ctx, p.keys.SubscriberVersion(id))
 				pl.ZAdd(ctx, p.keys.SubscriberIDs(), redis.Z{Member: id})
 				if next.Metrics {
 					pl.ZAdd(ctx, p.keys.MetricsIndex(), redis.Z{Member: id})
@@ -139,14 +136,14 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 		}, p.keys.SubscriberVersion(id))
 		switch {
 		case err == nil:
-			return nil
+			return version.Val(), nil
 		case changeErr != nil:
-			return changeErr
+			return 0, changeErr
 		case !errors.Is(err, redis.TxFailedErr):
-			return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+			return 0, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 		}
 	}
-	return fmt.Errorf("%w: subscriber %s kept changing during the update; try again", ErrRedisUnavailable, id)
+	return 0, fmt.Errorf("%w: subscriber %s kept changing during the update; try again", ErrRedisUnavailable, id)
 }
 
 // filterKeys are the index sets a subscriber with these filters is in.
@@ -180,11 +177,14 @@ func (p *Producer) readConfig(ctx context.Context, c redis.Cmdable, id string) (
 }
 
 // writeRecord writes the gate record's generation (repairing a record a
-// crash left out) and, for a new subscriber created paused, the pause.
-func (p *Producer) writeRecord(ctx context.Context, s tasks.Subscriber, pause bool) error {
+// crash left out) and the configuration's version (a worker whose cached
+// copy is older reads it again before its next request: a secret rotated
+// out stops signing at once), and, for a new subscriber created paused,
+// the pause.
+func (p *Producer) writeRecord(ctx context.Context, s tasks.Subscriber, version int64, pause bool) error {
 	rec := p.keys.Gate(s.ID)
 	_, err := p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
-		pl.HSet(ctx, rec, "gen", s.Gen)
+		pl.HSet(ctx, rec, "gen", s.Gen, "cv", version)
 		if pause {
 			pl.HSet(ctx, rec, "paused", tasks.PauseOperator, "paused_at", p.nowFunc().UnixMilli())
 		}
@@ -211,7 +211,10 @@ func (p *Producer) listPaused(ctx context.Context, id string, paused bool) error
 
 // GetSubscriber returns ErrUnknownSubscriber when there is none with id.
 func (p *Producer) GetSubscriber(ctx context.Context, id string) (tasks.Subscriber, error) {
-	if err := tasks.ValidateSubscriberID(id); err != nil {
+	// Any id a subscriber may be stored under, "." and ".." included:
+	// reading one created before they were refused (a pause, a replay, a
+	// migration) keeps working.
+	if err := tasks.ValidateStoredSubscriberID(id); err != nil {
 		return tasks.Subscriber{}, err
 	}
 	subs, err := p.subscribers(ctx, []string{id})
@@ -315,9 +318,12 @@ func (p *Producer) Subscribers(ctx context.Context, after string, limit int) ([]
 // dead-lettered), also when a subscriber of the same id is created
 // meanwhile: that one is a new generation.
 func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
-	if err := tasks.ValidateSubscriberID(id); err != nil {
+	// Any id a subscriber may be stored under: one created before "." and
+	// ".." were refused can still be deleted.
+	if err := tasks.ValidateStoredSubscriberID(id); err != nil {
 		return err
 	}
+	var gen string
 	err := p.rdb.Watch(ctx, func(tx *redis.Tx) error {
 		cur, ok, err := p.readConfig(ctx, tx, id)
 		if err != nil {
@@ -326,12 +332,7 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 		if !ok {
 			return fmt.Errorf("%w: %s", ErrUnknownSubscriber, id)
 		}
-		// The release before's copy first, if a rolling upgrade left one: a
-		// task of its queue would carry the subscriber over again
-		// (MigrateSubscriber). Another slot: not in the transaction.
-		if err := p.rdb.HDel(ctx, p.keys.V1().Subscribers(), id).Err(); err != nil {
-			return err
-		}
+		gen = cur.Gen
 		_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 			pl.HDel(ctx, p.keys.SubscriberConfigs(), id)
 			pl.Incr(ctx, p.keys.SubscriberVersion(id))
@@ -352,30 +353,41 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
+	// Its gate keys and schedule, only if they are still the deleted
+	// generation's: a subscriber created again meanwhile keeps its own.
 	k := p.keys.Gates(id)
-	_, err = p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
-		// Its delivery records expire by themselves; the log that lists
-		// them goes now, so that a subscriber created again with this id
-		// starts an empty one.
-		pl.Del(ctx, k.Record, p.keys.Stats(id), p.keys.DeadBatch(id), p.keys.DeadBatchSample(id), k.Log)
-		p.gates.Forget(ctx, pl, k)
-		return nil
-	})
+	dropped, err := forgetScript.Run(ctx, p.rdb, []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.Log,
+		k.Stats, k.DeadBatch, k.DeadSample}, gen).Int64()
+	if err == nil && dropped > 0 {
+		err = p.rdb.HIncrBy(ctx, p.keys.Counters(), tasks.CounterDroppedDeleted, dropped).Err()
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	return nil
 }
 
+// KEYS: the subscriber's gate record, then its other keys. ARGV: 1 the
+// deleted generation. Deletes them if the record is still that
+// generation's, and answers how many parked deliveries went with them
+// (dropped unsent, counted); its delivery records expire by themselves.
+var forgetScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'gen') ~= ARGV[1] then return 0 end
+local n = redis.call('ZCARD', KEYS[5])
+redis.call('DEL', unpack(KEYS))
+return n`)
+
 // SetPaused pauses (reason "operator") or resumes a subscriber, whoever
 // paused it. A paused subscriber gets no new events from Publish and its
-// queued events are held; resuming wakes them.
+// queued events are held; resuming lets a dispatcher hand them out at the
+// subscriber's pace (the call only tells it: it answers at once, however
+// many are held).
 func (p *Producer) SetPaused(ctx context.Context, id string, paused bool) error {
-	if _, err := p.GetSubscriber(ctx, id); err != nil {
+	s, err := p.GetSubscriber(ctx, id)
+	if err != nil {
 		return err
 	}
 	rec := p.keys.Gate(id)
-	var err error
 	if paused {
 		err = p.rdb.HSet(ctx, rec, "paused", tasks.PauseOperator, "paused_at", p.nowFunc().UnixMilli()).Err()
 	} else {
@@ -385,7 +397,7 @@ func (p *Producer) SetPaused(ctx context.Context, id string, paused bool) error 
 		err = p.listPaused(ctx, id, paused)
 	}
 	if err == nil && !paused {
-		_, err = p.wake(ctx, id)
+		err = p.gates.Notify(ctx, p.keys.Ready(s.Region), id, time.Time{})
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
@@ -393,14 +405,17 @@ func (p *Producer) SetPaused(ctx context.Context, id string, paused bool) error 
 	return nil
 }
 
-// resetPace forgets a subscriber's old pace and wakes its waiting tasks.
-func (p *Producer) resetPace(ctx context.Context, id string) error {
-	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		p.gates.ResetPace(ctx, pl, p.keys.Gates(id))
-		return nil
-	})
+// repace carries a subscriber's limiter over to its new limit (the burst
+// spent stays spent; see limits.Gates.ChangeLimit) and gives its schedule
+// a turn under the new limit, slots and region.
+func (p *Producer) repace(ctx context.Context, old, s tasks.Subscriber) error {
+	k := p.keys.Gates(s.ID)
+	err := error(nil)
+	if old.Limit != s.Limit {
+		err = p.gates.ChangeLimit(ctx, k, old.Limit, s.Limit)
+	}
 	if err == nil {
-		_, err = p.wake(ctx, id)
+		err = p.gates.Notify(ctx, p.keys.Ready(s.Region), s.ID, time.Time{})
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
@@ -408,98 +423,21 @@ func (p *Producer) resetPace(ctx context.Context, id string) error {
 	return nil
 }
 
-// WakeMembers makes the given waiting-index entries of the subscriber due
-// now (the worker wakes the tasks a breaker held this way, a few at a
-// time, from a list it took with Gates.WaitingAll when the breaker
-// closed). It returns how many it woke and the entries whose tasks are
-// running or pending (busy): a task may be on its way back to the
-// schedule, so the caller looks at those again. Entries no longer parked
-// leave the index, unless parked anew since they were read.
-func (p *Producer) WakeMembers(ctx context.Context, id string, entries []redis.Z) (woken int, busy []redis.Z, err error) {
-	if woken, busy, err = p.wakeEntries(ctx, id, entries); err != nil {
-		err = fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+// EndCooldown ends subscriber id's cooldown now (an endpoint's Retry-After
+// or a spent quota), an operator's lever for a receiver that asked for
+// too long: its parked deliveries are handed out at once, at its pace. It
+// reports whether a cooldown was running.
+func (p *Producer) EndCooldown(ctx context.Context, id string) (bool, error) {
+	s, err := p.GetSubscriber(ctx, id)
+	if err != nil {
+		return false, err
 	}
-	return woken, busy, err
-}
-
-// wakeEntries is WakeMembers with Redis' own errors.
-func (p *Producer) wakeEntries(ctx context.Context, id string, entries []redis.Z) (woken int, busy []redis.Z, err error) {
-	var done []redis.Z
-	for _, z := range entries {
-		m, _ := z.Member.(string)
-		switch st, err := p.wakeOne(m); {
-		case err != nil:
-			return woken, busy, err
-		case st == wakeBusy:
-			busy = append(busy, z)
-		case st == wakeDone:
-			woken++
-			done = append(done, z)
-		default:
-			done = append(done, z)
-		}
+	ended, err := p.gates.EndCooldown(ctx, p.keys.Gates(id))
+	if err == nil {
+		err = p.gates.Notify(ctx, p.keys.Ready(s.Region), id, time.Time{})
 	}
-	return woken, busy, p.gates.Unpark(ctx, p.keys.Gates(id), done)
-}
-
-// wakeResult is what wakeOne did with a waiting-index member.
-type wakeResult int
-
-const (
-	wakeGone wakeResult = iota // not parked any more (finished, dead, unreadable)
-	wakeBusy                   // running or pending: it parks itself again if it must
-	wakeDone                   // was parked: made due now
-)
-
-// wakeOne makes the task of waiting-index member m due now if it waits in
-// asynq's schedule. RunTask would also revive an archived (dead) task, so
-// the state is checked first.
-func (p *Producer) wakeOne(m string) (wakeResult, error) {
-	queue, tid, ok := tasks.SplitWaitingMember(m)
-	if !ok {
-		return wakeGone, nil
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
-	info, err := p.inspector.GetTaskInfo(queue, tid)
-	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-		return wakeGone, nil
-	case err != nil:
-		return wakeGone, err
-	case info.State == asynq.TaskStateActive || info.State == asynq.TaskStatePending:
-		return wakeBusy, nil
-	case info.State != asynq.TaskStateScheduled && info.State != asynq.TaskStateRetry:
-		return wakeGone, nil
-	}
-	if err := p.inspector.RunTask(queue, tid); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
-		return wakeGone, err
-	}
-	return wakeDone, nil
-}
-
-// wake makes every task of the subscriber parked in asynq's schedule due
-// now, so that it passes the gates again under the current limit and pause,
-// and returns how many it woke. It works from a snapshot of the waiting
-// index, so a woken task parked anew (throttled again) is not chased. A task
-// that is no longer parked (finished, dead) leaves the index. One that is
-// running or pending keeps its entry: it may be on its way back to the
-// schedule (a deferral whose wake-up Admit wrote just before asynq moves
-// the task), and without the entry a later wake would miss it.
-func (p *Producer) wake(ctx context.Context, id string) (int, error) {
-	all, err := p.gates.WaitingAll(ctx, p.keys.Gates(id))
-	woken := 0
-	for len(all) > 0 && err == nil {
-		var got int
-		n := min(len(all), 500)
-		got, _, err = p.wakeEntries(ctx, id, all[:n])
-		woken, all = woken+got, all[n:]
-	}
-	return woken, err
-}
-
-func toAny(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
+	return ended, nil
 }

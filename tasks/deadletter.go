@@ -1,6 +1,11 @@
 package tasks
 
-import "time"
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"time"
+)
 
 // Attempt is one request made for a delivery, as the dead-letter ledger
 // keeps it.
@@ -37,4 +42,95 @@ type DeadLetter struct {
 	Attempts     []Attempt `json:"attempts"`
 	DeadAt       time.Time `json:"dead_at"`
 	ReplayedAt   time.Time `json:"replayed_at,omitzero"`
+}
+
+// ledgerEntry is a dead letter as the ledger keeps it (Keys.Ledger's
+// Entry): DeadLetter's fields with the event as the body it was sent, and
+// the attempts as the delivery record kept them ("a": attempt time in Unix
+// ms → EncodeAttempt), copied from the record by the script that commits
+// the dead state. The release before wrote "attempts" beside it, in a list
+// of their own (LedgerKeys.Attempts).
+type ledgerEntry struct {
+	TaskID       string                     `json:"task_id"`
+	Queue        string                     `json:"queue,omitempty"`
+	SubscriberID string                     `json:"subscriber_id,omitempty"`
+	Event        json.RawMessage            `json:"event,omitempty"`
+	Payload      string                     `json:"payload,omitempty"`
+	Reason       string                     `json:"reason"`
+	Error        string                     `json:"error"`
+	DeadAt       time.Time                  `json:"dead_at"`
+	ReplayedAt   time.Time                  `json:"replayed_at,omitzero"`
+	A            map[string]json.RawMessage `json:"a"`
+}
+
+// DeadLetterPrefix is a ledger entry's JSON up to its attempts: the script
+// that commits the dead state appends them and the closing brace. body is
+// the event's body as sent (nil when there is none: e.Payload then keeps
+// what the task held).
+func DeadLetterPrefix(e DeadLetter, body []byte) string {
+	l := ledgerEntry{TaskID: e.TaskID, Queue: e.Queue, SubscriberID: e.SubscriberID, Payload: e.Payload,
+		Reason: e.Reason, Error: e.Error, DeadAt: e.DeadAt, ReplayedAt: e.ReplayedAt}
+	b, _ := json.Marshal(l) // plain data: cannot fail
+	s := string(b)
+	s = s[:len(s)-len(`,"a":null}`)]
+	if len(body) > 0 {
+		// As sent, byte for byte (json.Marshal would compact it).
+		s += `,"event":` + string(body)
+	}
+	return s
+}
+
+// MarshalLedger is the ledger entry of e, attempts included (a replay
+// marking it replayed writes it back whole).
+func MarshalLedger(e DeadLetter) []byte {
+	var body []byte
+	if e.Event != nil {
+		body = EventBody(*e.Event)
+	}
+	a := make(map[string]json.RawMessage, len(e.Attempts))
+	for _, at := range e.Attempts {
+		a[strconv.FormatInt(at.At.UnixMilli(), 10)] = EncodeAttempt(at)
+	}
+	attempts, _ := json.Marshal(a)
+	return []byte(DeadLetterPrefix(e, body) + `,"a":` + string(attempts) + `}`)
+}
+
+// ParseLedger reads a ledger entry, of this release (attempts inside) or
+// the one before (attempts from its list: legacy, oldest first; a retried
+// write may have pushed one twice).
+func ParseLedger(v string, legacy []string) (DeadLetter, bool) {
+	var l ledgerEntry
+	if json.Unmarshal([]byte(v), &l) != nil {
+		return DeadLetter{}, false
+	}
+	e := DeadLetter{TaskID: l.TaskID, Queue: l.Queue, SubscriberID: l.SubscriberID, Payload: l.Payload, Reason: l.Reason,
+		Error: l.Error, DeadAt: l.DeadAt, ReplayedAt: l.ReplayedAt}
+	if len(l.Event) > 0 && string(l.Event) != "null" {
+		var ev Event
+		if json.Unmarshal(l.Event, &ev) == nil {
+			e.Event = &ev
+		}
+	}
+	for ms, raw := range l.A {
+		n, err := strconv.ParseInt(ms, 10, 64)
+		if a, ok := decodeAttempt(time.UnixMilli(n), string(raw)); err == nil && ok {
+			e.Attempts = append(e.Attempts, a)
+		}
+	}
+	slices.SortFunc(e.Attempts, func(a, b Attempt) int { return a.At.Compare(b.At) })
+	var old struct {
+		Attempts []Attempt `json:"attempts"`
+	}
+	if l.A == nil && json.Unmarshal([]byte(v), &old) == nil {
+		e.Attempts = append(e.Attempts, old.Attempts...)
+	}
+	prev := ""
+	for _, s := range legacy {
+		var at Attempt
+		if s != prev && json.Unmarshal([]byte(s), &at) == nil {
+			e.Attempts = append(e.Attempts, at)
+		}
+		prev = s
+	}
+	return e, true
 }

@@ -102,67 +102,84 @@ func (ns Keys) IndexKeyOf(filter string) string {
 	return ns.TypeIndex(filter)
 }
 
-// Gate is a subscriber's gate record, a hash the gate script reads fresh on
-// every delivery: "gen" (the generation: a new one each time the id is
-// created, so a deleted subscriber's queued tasks are never sent to a
-// re-created one), "paused" (the pause reason; absent: not paused),
-// "paused_at", and the circuit breaker's fields b_* (limits/breaker.go:
-// failures in a row, failing since, open since, next probe, gap, probe in
-// flight, held tasks' cursor, last error, slow start). Slot {<id>}. Owner: producer (creation, pause, resume,
-// deletion) and worker (410 Gone pauses). Lives until the subscriber is
-// deleted.
+// Gate is a subscriber's gate record, a hash every delivery's scripts read
+// fresh: "gen" (the generation: a new one each time the id is created, so
+// a deleted subscriber's queued deliveries are never sent to a re-created
+// one), "cv" (the configuration's version: a worker whose cached copy is
+// older reads it again, so a rotated-out secret stops signing at once),
+// "paused" (the pause reason; absent: not paused), "paused_at", the
+// circuit breaker's fields b_* (limits/breaker.go), the effective rate's
+// a_* (limits/adaptive.go) and "lt" (the endpoint's observed latency, for
+// the in-flight pace). Slot {<id>}. Owner: producer (creation, changes,
+// pause, resume, deletion) and worker (outcomes). Lives until the
+// subscriber is deleted.
 func (ns Keys) Gate(id string) string { return ns.sub(id, "gate") }
 
-// Gates are the keys of one subscriber's delivery gates, all in slot
-// {<id>}. Owner: worker; the producer books pacing slots and resets them
-// when the limit changes. Each expires by itself (see limits.Gates).
+// Gates are the keys of one subscriber's delivery state, all in slot
+// {<id>}: its gates (cooldown, in-flight slots, rate limiter), its
+// schedule (the lot, the hand-outs, the horizons, the fresh lane), its
+// delivery records and log, its counters and dead letters, so that every
+// script of a delivery touches one slot. limits/doc.go describes what each
+// holds and how long it lives.
 func (ns Keys) Gates(id string) limits.GateKeys {
 	return limits.GateKeys{
 		Record:   ns.Gate(id),
 		Cooldown: ns.sub(id, "cooldown"),
 		InFlight: ns.sub(id, "inflight"),
 		// redis_rate's own name for a limiter key: "rate:" + the key given.
-		Rate:    "rate:" + ns.sub(id, "gcra"),
-		Pacing:  ns.sub(id, "pacing"),
-		Waiting: ns.sub(id, "waiting"),
-		// Read only: the publish markers of builds before the delivery
-		// record replaced them; they expire by themselves.
-		Seen:       ns.sub(id, "seen:"),
+		Rate:       "rate:" + ns.sub(id, "gcra"),
+		Lot:        ns.sub(id, "lot"),
+		Out:        ns.sub(id, "out"),
+		Exp:        ns.sub(id, "exp"),
 		Fresh:      ns.sub(id, "fresh"),
 		Deliveries: ns.sub(id, "d:"),
 		Log:        ns.sub(id, "log"),
+		Stats:      ns.Stats(id),
+		Dead:       ns.sub(id, "dead:"),
+		DeadIndex:  ns.DeadIndex(id),
+		DeadBatch:  ns.DeadBatch(id),
+		DeadSample: ns.DeadBatchSample(id),
 	}
 }
 
 // Delivery is the delivery record of event eventID to subscriber id, a
-// hash (see DeliveryRecord for its fields): the booking that makes a
-// re-publish a duplicate, the state, the event's type and times, and
-// every attempt. Slot {<id>}: the publish script writes it with the
-// booking, the gate script marks it in flight, the worker's batched
-// writes after a request add the attempt. Owner: producer (publish,
-// resend) and worker. Lives for the retry horizon and the dedup window
-// from its publish, and for the dedup window once its delivery ends.
+// hash (see DeliveryRecord for its fields), the one owner of the
+// delivery's state: the booking that makes a re-publish a duplicate, where
+// the delivery is, its times and every attempt. Slot {<id>}. Owner:
+// producer (the publish or resend that books it) and worker (the run that
+// owns it, the dispatcher that hands it out). Lives until its due time +
+// retry horizon + dedup window; once it ends (delivered, dead), for the
+// dedup window from then if that is longer.
 func (ns Keys) Delivery(id, eventID string) string { return ns.Gates(id).Deliveries + eventID }
 
 // DeliveryLog is a stream of one subscriber's deliveries in the order they
 // were published: entry id = Redis' time of the publish, field "e" = the
 // event id; the delivery log's pages read it newest first (XREVRANGE).
-// Slot {<id>}.
-// Owner: producer (the publish script appends, trimming entries older
-// than the dedup window plus the retry horizon, and sets the stream to
-// expire as long after its last entry; deleting the subscriber deletes it).
-// Entries whose record has expired are skipped by readers.
+// Slot {<id>}. Owner: producer (the publish script appends, trimming
+// entries older than the longest record lifetime it has booked, and sets
+// the stream to expire as long after its last entry; deleting the
+// subscriber deletes it). Entries whose record has expired are skipped by
+// readers.
 func (ns Keys) DeliveryLog(id string) string { return ns.Gates(id).Log }
 
 // Event holds one published event once, whatever its number of
-// subscribers: a string "<published Unix ms> <subscriber id> …\n<Event
-// JSON>" (ParseStoredEvent), so that a task need carry only a reference,
-// GET /v1/events/{id} finds its deliveries and a resend its payload. Slot
-// {<ns>:ev:<id>}, written in the publish's round trip. Owner: producer.
-// Lives for the payload retention (producer.Config.PayloadRetention) and
-// at least as long as a task published with it may run, from its last
-// publish.
-func (ns Keys) Event(id string) string { return string(ns) + ":{" + string(ns) + ":ev:" + id + "}" }
+// subscribers: a hash (tasks/event.go: the body sent, the first publish's
+// time, the digest a re-publish is compared by, the subscribers), so that
+// a task need carry only a reference, GET /v1/events/{id} finds its
+// deliveries and a resend its payload. Slot {<ns>:ev:<id>}, written in the
+// publish's first round trip. Owner: producer. Lives until the latest due
+// time it was published with + max(payload retention, longest retry
+// horizon + 10 min).
+func (ns Keys) Event(id string) string { return ns.legacyEvent(id) + ":e" }
+
+// LegacyEvent is an event as the release before stored it, a string
+// (ParseLegacyEvent), in the same slot as Event: read only, by the tasks
+// of that release and the event pages, until it expires.
+func (ns Keys) LegacyEvent(id string) string { return ns.legacyEvent(id) }
+
+func (ns Keys) legacyEvent(id string) string {
+	return string(ns) + ":{" + string(ns) + ":ev:" + id + "}"
+}
 
 // RateLimiterKey is the key to give a redis_rate.Limiter to share the
 // subscriber's limit (redis_rate prefixes it with "rate:").
@@ -174,15 +191,15 @@ func (ns Keys) Stats(id string) string { return ns.sub(id, "stats") }
 
 // LedgerKeys are the dead-letter ledger's keys of one task.
 type LedgerKeys struct {
-	// Entry is the ledger entry (DeadLetter JSON, without attempts).
-	// Owner: worker (written before asynq archives the task), producer
-	// (replay marks it, delete removes it). Lives until deleted, or for
-	// the dead-letter retention.
+	// Entry is the ledger entry (DeadLetter JSON, with its attempts).
+	// Owner: worker (committed with the delivery's dead state, before
+	// asynq archives the task), producer (replay marks it, delete removes
+	// it). Lives until deleted, or for the dead-letter retention.
 	Entry string
-	// Attempts is the list of requests made for the delivery (Attempt
-	// JSON), kept while it is retrying and with its dead letter after.
-	// Owner: worker. Lives until the retry horizon plus two days, or with
-	// its dead letter.
+	// Attempts is the release before's list of a dead letter's attempts
+	// (Attempt JSON). This release keeps the attempts in the entry itself
+	// (copied from the delivery record as it dies): the list is only read,
+	// for entries written before, and deleted with them.
 	Attempts string
 	// Index orders the subscriber's dead letters by time (score: Unix ms,
 	// member: task id). Entries whose ledger entry is gone are dropped by
@@ -211,10 +228,19 @@ func (ns Keys) DeadIndex(sub string) string { return ns.sub(sub, "dead-index") }
 // name an entry that does not exist (readers drop those), never miss one.
 func (ns Keys) AllDeadIndex() string { return string(ns) + ":dead-letters" }
 
-// Counters is a hash of namespace-wide counters (dropped:<reason>) for
-// what no longer has a subscriber to count under. Its own slot. Owner:
-// worker. Lives forever.
-func (ns Keys) Counters() string { return string(ns) + ":counters" }
+// Counters is a hash of namespace-wide counters (dropped:<reason>,
+// ops:<type>) for what no longer has a subscriber to count under. Slot
+// {<ns>:totals}, so that a worker's flush adds to it and Totals in one
+// script, once. Owner: worker and producer. Lives forever.
+func (ns Keys) Counters() string { return ns.Totals() + ":counters" }
+
+// LegacyCounters is where the release before kept Counters (its own
+// slot); `hooklane migrate` adds it to Counters once and deletes it.
+func (ns Keys) LegacyCounters() string { return string(ns) + ":counters" }
+
+// CounterDroppedDeleted counts (in Counters) the deliveries dropped unsent
+// because their subscriber was deleted or created again.
+const CounterDroppedDeleted = "dropped:deleted"
 
 // Totals is a hash of the counters of every subscriber together, with the
 // fields of Stats (see worker.ReadTotals): what /metrics exports without a
@@ -223,6 +249,11 @@ func (ns Keys) Counters() string { return string(ns) + ":counters" }
 // about once a second, so a delivery costs no command of its own for it.
 // Slot {<ns>:totals}. Owner: worker. Lives forever.
 func (ns Keys) Totals() string { return string(ns) + ":{" + string(ns) + ":totals}" }
+
+// TotalsFlushes is a hash: worker process → the number of its last flush
+// added to Totals, so that a flush sent twice adds once. Slot
+// {<ns>:totals}. Owner: worker. Lives an hour past the last flush.
+func (ns Keys) TotalsFlushes() string { return ns.Totals() + ":flushes" }
 
 // Cooling is a sorted set of the subscribers whose destination was sent a
 // cooldown (a 429's Retry-After or backoff; score: its end, Unix ms in
@@ -262,9 +293,11 @@ func (ns Keys) DeadBatch(id string) string { return ns.sub(id, "opsdead") }
 func (ns Keys) DeadBatchSample(id string) string { return ns.sub(id, "opsdead:ids") }
 
 // DeadReportsDue is a sorted set: subscriber id → when (Unix ms) its dead
-// letters are due to be reported. Slot {<ns>:ops}, written after the
-// batch (a lost entry is written again by the next dead letter). Owner:
-// worker. An entry lives until a worker claims it (ZREM).
+// letters are due to be reported. Slot {<ns>:ops}, written just before the
+// dead letter is committed (an entry with nothing to report is dropped).
+// Owner: worker. A worker claims an entry by moving its score a lease
+// ahead, and removes it only once the report is published: a worker that
+// dies in between leaves it for the next after the lease.
 func (ns Keys) DeadReportsDue() string { return string(ns) + ":{" + string(ns) + ":ops}:deaddue" }
 
 // OpenBreakers is the set of subscribers whose circuit breaker is open, for
@@ -274,15 +307,15 @@ func (ns Keys) DeadReportsDue() string { return string(ns) + ":{" + string(ns) +
 // open.
 func (ns Keys) OpenBreakers() string { return ns.dir("breakers_open") }
 
-// Lanes of delivery queues. A subscriber's new tasks go to the fresh lane
-// while it publishes no more than its fresh share per second; the rest,
-// and every task that waits (a not-before time, a pacing slot ahead, a
-// pause), go to the backlog lane. Each lane has asynq Servers of its own in
-// every worker, so events of a subscriber with a small backlog never wait
-// behind another's large one.
+// Lanes of delivery queues. A subscriber's deliveries handed to asynq go
+// to its fresh lane while fewer than its fresh share are there, the rest
+// to the backlog lane. Each lane has asynq Servers of its own in every
+// worker, so events of a subscriber with a small backlog never wait
+// behind another's large one. (What cannot go yet waits in the
+// subscriber's lot, not in asynq: see limits/doc.go.)
 const (
-	LaneFresh   = "f"
-	LaneBacklog = "b"
+	LaneFresh   = "fresh"
+	LaneBacklog = "backlog"
 )
 
 // DefaultRegion names the region of subscribers without one in queue names
@@ -291,16 +324,18 @@ const DefaultRegion = "default"
 
 // DeliveryQueue is the asynq queue of the tasks of subscriber sub in lane,
 // for a namespace whose queues are split in shards per lane and region.
-// The shard is a hash of the id: stable, so a re-published event meets its
-// first task in the same queue (asynq's task ids are unique per queue).
-// asynq keeps each queue in slot {<queue>}: shards spread a Cluster's
-// queue work over its masters.
+// The shard is a hash of the id: stable, so a hand-out sent twice meets
+// its first task in the same queue (asynq's task ids are unique per
+// queue). asynq keeps each queue in slot {<queue>}: shards spread a
+// Cluster's queue work over its masters.
 func (ns Keys) DeliveryQueue(region, sub, lane string, shards int) string {
 	return ns.ShardQueue(region, lane, Shard(sub, shards))
 }
 
 // ShardQueue is the asynq queue of one lane's shard in region ("" is
-// DefaultRegion).
+// DefaultRegion): "<ns>:<region>:fresh<shard>" or "…:backlog<shard>". The
+// release before's queues were "<ns>:<region>:f<shard>" and "b<shard>"
+// (LegacyQueue): its workers never take a task of this release.
 func (ns Keys) ShardQueue(region, lane string, shard int) string {
 	if region == "" {
 		region = DefaultRegion
@@ -308,34 +343,61 @@ func (ns Keys) ShardQueue(region, lane string, shard int) string {
 	return string(ns) + ":" + region + ":" + lane + strconv.Itoa(shard)
 }
 
-// OwnsQueue reports whether asynq queue q is one of the namespace's: a
-// delivery queue (ShardQueue) or the legacy one.
-func (ns Keys) OwnsQueue(q string) bool {
-	if q == ns.LegacyQueue() {
-		return true
+// LegacyQueue is the queue of the release before for one lane's shard in
+// region (lane LaneFresh or LaneBacklog): workers of this release adopt
+// what it still holds.
+func (ns Keys) LegacyQueue(region, lane string, shard int) string {
+	if region == "" {
+		region = DefaultRegion
 	}
+	return string(ns) + ":" + region + ":" + lane[:1] + strconv.Itoa(shard)
+}
+
+// QueueLane is the lane of delivery queue q of this release (LaneFresh,
+// LaneBacklog), "" for any other queue.
+func (ns Keys) QueueLane(q string) string {
 	rest, ok := strings.CutPrefix(q, string(ns)+":")
 	if !ok {
-		return false
+		return ""
 	}
 	region, shard, ok := strings.Cut(rest, ":")
-	if !ok || (region != DefaultRegion && ValidateRegion(region) != nil) || len(shard) < 2 {
-		return false
+	if !ok || (region != DefaultRegion && ValidateRegion(region) != nil) {
+		return ""
 	}
-	if lane := shard[:1]; lane != LaneFresh && lane != LaneBacklog {
+	for _, lane := range []string{LaneFresh, LaneBacklog} {
+		if n, ok := strings.CutPrefix(shard, lane); ok {
+			if _, err := strconv.Atoi(n); err == nil {
+				return lane
+			}
+		}
+	}
+	return ""
+}
+
+// OwnsQueue reports whether asynq queue q is one of the namespace's
+// delivery queues, of this release or of the one before.
+func (ns Keys) OwnsQueue(q string) bool {
+	if ns.QueueLane(q) != "" {
+		return true
+	}
+	region := ns.QueueRegion(q)
+	shard, ok := strings.CutPrefix(q, string(ns)+":"+region+":")
+	if region == "" || !ok || len(shard) < 2 || (shard[0] != 'f' && shard[0] != 'b') {
 		return false
 	}
 	_, err := strconv.Atoi(shard[1:])
 	return err == nil
 }
 
-// QueueLane is the lane of delivery queue q (LaneFresh, LaneBacklog), ""
-// for a queue that is not one of the namespace's lanes (the legacy queue).
-func (ns Keys) QueueLane(q string) string {
-	if q == ns.LegacyQueue() || !ns.OwnsQueue(q) {
+// QueueRegion is the region of delivery queue q (of this release or the
+// one before), "" for another queue.
+func (ns Keys) QueueRegion(q string) string {
+	rest, ok := strings.CutPrefix(q, string(ns)+":")
+	if !ok {
 		return ""
 	}
-	return q[strings.LastIndexByte(q, ':')+1:][:1]
+	region, _, _ := strings.Cut(rest, ":")
+	return region
 }
 
 // Shard is subscriber sub's shard of n.
@@ -348,9 +410,22 @@ func Shard(sub string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// LegacyQueue is the one queue of the release before this one (layout 1):
-// workers keep delivering what it holds.
-func (ns Keys) LegacyQueue() string { return string(ns) }
+// Ready is the region's ready index, a sorted set: subscriber id → when
+// (Unix ms, Redis' clock) its schedule needs a dispatcher's turn next.
+// Claimed is its claims: subscriber id → when the claim lapses. Both in
+// slot {<ns>:ready:<region>}. Owner: worker (dispatchers claim and release
+// turns) and producer and worker (anything that may let a parked delivery
+// go sooner lowers its time: a publish, a resume, a freed slot, a closed
+// breaker). An entry lives while its subscriber has something parked.
+func (ns Keys) Ready(region string) string {
+	if region == "" {
+		region = DefaultRegion
+	}
+	return string(ns) + ":{" + string(ns) + ":ready:" + region + "}"
+}
+
+// Claimed is Ready's claims; see Ready.
+func (ns Keys) Claimed(region string) string { return ns.Ready(region) + ":claimed" }
 
 // Layout is a hash describing the namespace's layout, written once by the
 // first process that uses it: "version" (2) and "shards" (queues per lane
@@ -378,37 +453,14 @@ func (ns Keys) IngestLimiterKey(tokenHash string) string {
 // subscribes.
 func (ns Keys) ReplicationMark() string { return string(ns) + ":replicated" }
 
-// WaitingMember is how a task is listed in a subscriber's waiting index:
-// its id and its queue, so it can be woken where it waits.
-func WaitingMember(queue, taskID string) string { return taskID + "@" + queue }
-
-// SplitWaitingMember is WaitingMember's inverse.
-func SplitWaitingMember(m string) (queue, taskID string, ok bool) {
-	i := strings.LastIndexByte(m, '@')
-	if i < 0 {
-		return "", "", false
-	}
-	return m[i+1:], m[:i], true
+// LegacyLeftovers are the keys the release before kept per subscriber that
+// this one no longer reads: its waiting index (which never expired) and
+// its pacing cursor. Migrate deletes them; the cursors of not-before
+// minutes ("pacing:nb:…") and the publish markers ("seen:…") expire by
+// themselves.
+func (ns Keys) LegacyLeftovers(id string) []string {
+	return []string{ns.sub(id, "waiting"), ns.sub(id, "pacing")}
 }
-
-// V1 names the keys of the layout of the release before (version 1), which
-// Migrate reads: one slot-less key per kind. Owner: that release; this one
-// only reads them, and leaves them as they were, so that a rollback finds
-// them.
-type V1 string
-
-// V1 is the layout-1 names of the namespace.
-func (ns Keys) V1() V1 { return V1(ns) }
-
-func (v V1) Subscribers() string             { return string(v) + ":subscribers" } // hash: id → Subscriber JSON
-func (v V1) Paused() string                  { return string(v) + ":paused" }      // set of ids
-func (v V1) DeadLetter(taskID string) string { return string(v) + ":dead:" + taskID }
-func (v V1) Attempts(taskID string) string   { return string(v) + ":attempts:" + taskID }
-func (v V1) DeadIndex() string               { return string(v) + ":dead-index" } // zset: task id → Unix ms
-func (v V1) Stats(sub string) string         { return string(v) + ":stats:" + sub }
-func (v V1) Cooldown(sub string) string      { return string(v) + ":cooldown:" + sub }
-func (v V1) Pacing(sub string) string        { return string(v) + ":pacing:" + sub }
-func (v V1) Rate(sub string) string          { return "rate:" + string(v) + ":" + sub }
 
 // AsynqQueueKeys are asynq's keys of queue q that hold its backlog (its own
 // names, read only by the load harness, which counts its backlog with four
@@ -419,13 +471,9 @@ func AsynqQueueKeys(q string) (pending, active, scheduled, retry string) {
 }
 
 // AsynqQueues is asynq's set of every queue a task was ever enqueued in
-// (asynq's key, untagged: a slot of its own). A
-// worker serves the release before's queue only once that queue is in it.
+// (asynq's key, untagged: a slot of its own).
 const AsynqQueues = "asynq:queues"
 
-// AsynqTask is asynq's hash of one task. It is asynq's key, not ours: the
-// worker writes only its result field there, in the pipeline that follows a
-// delivery, instead of a round trip of asynq's ResultWriter of its own.
-// TestPublishTwiceDeliversOnce reads the result back through asynq's
-// Inspector, so an asynq upgrade that moves it fails a test.
+// AsynqTask is asynq's hash of one task (asynq's key, read only by tests
+// that check the slot layout).
 func (ns Keys) AsynqTask(queue, taskID string) string { return "asynq:{" + queue + "}:t:" + taskID }

@@ -1,6 +1,7 @@
 package tasks_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -38,21 +39,68 @@ func TestSlotIsRedisClusters(t *testing.T) {
 	}
 }
 
-// Every key a script or transaction touches together shares a slot: the
-// directory's keys, and each subscriber's (its gate keys, counters, dead
-// letters); two subscribers' state spreads over slots.
+// slotGroups says, for every method of tasks.Keys, which slot its keys
+// must share: "dir" (the directory), "sub" (the subscriber's, with its
+// gate keys and dead letters), "event", "ready" (the region's ready
+// index), "totals", "queue" (asynq's queue), "own" (a key alone in its
+// slot, written apart), or "-" (no key: a name, a parser, a channel). A
+// method missing here fails the test: a new key must say where it lives.
+var slotGroups = map[string]string{
+	"Namespace": "-", "SubscriberConfigs": "dir", "SubscriberVersion": "dir", "SubscriberIDs": "dir", "TypeIndex": "dir",
+	"PrefixIndex": "dir", "AnyIndex": "dir", "IndexKeysFor": "dir", "IndexKeyOf": "dir", "MetricsIndex": "dir",
+	"PausedIndex": "dir", "OpenBreakers": "dir", "Regions": "dir",
+	"Gate": "sub", "Gates": "sub", "Delivery": "sub", "DeliveryLog": "sub", "RateLimiterKey": "sub", "Stats": "sub",
+	"Ledger": "sub", "DeadIndex": "sub", "DeadBatch": "sub", "DeadBatchSample": "sub", "LegacyLeftovers": "sub",
+	"Event": "event", "LegacyEvent": "event",
+	"Ready": "ready", "Claimed": "ready",
+	"Totals": "totals", "TotalsFlushes": "totals", "Counters": "totals",
+	"AsynqTask":    "queue",
+	"AllDeadIndex": "own", "LegacyCounters": "own", "Cooling": "own", "DeadReportsDue": "own", "Layout": "own", "IngestLimiterKey": "own",
+	"DeliveryQueue": "-", "ShardQueue": "-", "LegacyQueue": "-", "QueueLane": "-", "OwnsQueue": "-", "QueueRegion": "-",
+	"ReplicationMark": "-",
+}
+
+// Every key a script or transaction touches together shares a slot: each
+// method of tasks.Keys is called (by reflection, so that none is missed)
+// and its keys, and every field of the structs it returns, must fall in
+// its group's slot; two subscribers' state spreads over slots.
 func TestKeysShareTheirSlot(t *testing.T) {
 	ns := tasks.Keys("hl:prod")
-	dir := []string{ns.SubscriberConfigs(), ns.SubscriberVersion("acme"), ns.SubscriberIDs(), ns.TypeIndex("video.trending"),
-		ns.PrefixIndex("video."), ns.AnyIndex(), ns.Regions()}
-	dir = append(dir, ns.IndexKeysFor("a.b.c")...)
-	same(t, "directory", dir)
-	g := ns.Gates("acme")
-	lk := ns.Ledger(tasks.TaskID("acme", "evt_1"))
-	same(t, "subscriber acme", []string{g.Record, g.Cooldown, g.InFlight, g.Rate, g.Pacing, g.Waiting, g.Seen + "evt_1", g.Fresh,
-		"rate:" + ns.RateLimiterKey("acme"), ns.Gate("acme"), ns.Stats("acme"), lk.Entry, lk.Attempts, lk.Index, ns.DeadIndex("acme")})
-	if g.Rate != "rate:"+ns.RateLimiterKey("acme") {
+	args := map[reflect.Type]reflect.Value{reflect.TypeFor[string](): reflect.ValueOf("acme"), reflect.TypeFor[int](): reflect.ValueOf(3)}
+	groups := map[string][]string{}
+	v := reflect.ValueOf(ns)
+	for i := range v.NumMethod() {
+		m := v.Type().Method(i)
+		group, ok := slotGroups[m.Name]
+		if !ok {
+			t.Errorf("tasks.Keys.%s is not in slotGroups: say which slot its keys share", m.Name)
+			continue
+		}
+		if group == "-" {
+			continue
+		}
+		in := make([]reflect.Value, m.Type.NumIn()-1)
+		for j := range in {
+			in[j] = args[m.Type.In(j+1)]
+			if m.Name == "Ledger" || m.Name == "AsynqTask" && j == 1 {
+				in[j] = reflect.ValueOf(tasks.TaskID("acme", "evt_1"))
+			}
+			if m.Name == "AsynqTask" && j == 0 {
+				in[j] = reflect.ValueOf(ns.ShardQueue("eu", tasks.LaneFresh, 3))
+			}
+		}
+		groups[group] = append(groups[group], keysOf(m.Func.Call(append([]reflect.Value{v}, in...))[0])...)
+	}
+	for group, keys := range groups {
+		if group != "own" {
+			same(t, group, keys)
+		}
+	}
+	if g := ns.Gates("acme"); g.Rate != "rate:"+ns.RateLimiterKey("acme") {
 		t.Errorf("the gate's rate key %q is not redis_rate's name for RateLimiterKey", g.Rate)
+	}
+	if slot(ns.Gate("acme")) == slot(ns.SubscriberConfigs()) || slot(ns.Event("e")) == slot(ns.Gate("acme")) {
+		t.Error("the directory, a subscriber and an event share a slot")
 	}
 	slots := map[int]bool{}
 	for i := range 50 {
@@ -64,11 +112,33 @@ func TestKeysShareTheirSlot(t *testing.T) {
 	// asynq's keys of one queue share the queue's slot, and the shards of a
 	// lane are different queues.
 	q := ns.ShardQueue("eu", tasks.LaneFresh, 3)
-	p, a, s, r := tasks.AsynqQueueKeys(q)
-	same(t, "queue "+q, []string{p, a, s, r, ns.AsynqTask(q, "acme:evt_1")})
+	p, a, sc, r := tasks.AsynqQueueKeys(q)
+	same(t, "queue "+q, []string{p, a, sc, r, ns.AsynqTask(q, "acme:evt_1")})
 	if slot(p) == slot(ns.ShardQueue("eu", tasks.LaneFresh, 4)) && slot(p) == slot(ns.ShardQueue("eu", tasks.LaneFresh, 5)) {
 		t.Error("three shards of a lane in one slot")
 	}
+}
+
+// keysOf is every key in v: a string, a slice of strings, or the string
+// fields of a struct.
+func keysOf(v reflect.Value) []string {
+	switch v.Kind() {
+	case reflect.String:
+		return []string{v.String()}
+	case reflect.Slice:
+		var out []string
+		for i := range v.Len() {
+			out = append(out, keysOf(v.Index(i))...)
+		}
+		return out
+	case reflect.Struct:
+		var out []string
+		for i := range v.NumField() {
+			out = append(out, keysOf(v.Field(i))...)
+		}
+		return out
+	}
+	return nil
 }
 
 func same(t *testing.T, what string, keys []string) {

@@ -10,12 +10,12 @@ import (
 
 // The states of a delivery, as its record (Keys.Delivery) holds them.
 const (
-	StateScheduled = "scheduled" // waiting for its time: a not-before time, its pacing slot, a free in-flight slot
-	StatePending   = "pending"   // due, in its queue
+	StateScheduled = "scheduled" // parked: waiting for its time (a not-before time, its turn at the subscriber's pace)
+	StatePending   = "pending"   // handed to asynq: due, in its queue
 	StateInFlight  = "in_flight" // taken by a worker: its request is being sent
-	StateRetrying  = "retrying"  // a counted failure, waiting for its backoff
-	StateCooling   = "cooling"   // its destination cools down (a 429's or 503's Retry-After)
-	StateHeld      = "held"      // its subscriber is paused or its circuit breaker open
+	StateRetrying  = "retrying"  // parked: a counted failure, waiting for its backoff
+	StateCooling   = "cooling"   // parked: its destination cools down (a 429's or 503's Retry-After)
+	StateHeld      = "held"      // parked: its subscriber is paused or its circuit breaker open
 	StateDelivered = "delivered"
 	StateDead      = "dead" // dead-lettered (see the ledger)
 )
@@ -24,13 +24,22 @@ const (
 var States = []string{StateScheduled, StatePending, StateInFlight, StateRetrying, StateCooling, StateHeld, StateDelivered, StateDead}
 
 // DeliveryRecord is what hooklane keeps of one (subscriber, event)
-// delivery. Its hash fields: g, w, q (the generation, first wake-up and
-// queue it was booked with at publish: a re-publish is a duplicate; w is
-// dropped once it ends, q once it is delivered), t (event type), p (published, Unix ms,
-// Redis' clock), u (due), s (state), nx (next attempt), dl (delivered), n
-// (attempts), r (resends), and one field per attempt (AttemptField, its
-// time; EncodeAttempt, the rest). Field names and values are short: a
-// delivered record with one attempt is about 200 bytes of Redis memory.
+// delivery: its one record (Keys.Delivery), the owner of every fact about
+// it. Its hash fields (RecordField* name them): g (the subscriber's
+// generation it was booked for: a re-publish in it is a duplicate), t
+// (event type), p (published), u (due: the later of the publish and the
+// not-before time), x (expires: due + retry horizon), m (max attempts), s
+// (state), n (requests made), c (attempts spent in this series: 429s,
+// probes, deferrals and interrupted requests spend none), nx (next
+// attempt), dl (delivered), r (resends), q (the lane of its last task),
+// tk (the run that owns it now), ok (the last run whose outcome is
+// committed: a write sent twice is applied once), pt (the publish that
+// booked it), pk (the run that parked it), le (a dead letter of it may
+// exist: it was dead-lettered, or adopted from the release before, so
+// its delivery looks for a stale one to clear), and one field
+// per attempt (AttemptField, its time; EncodeAttempt, the rest). Times
+// are Unix ms in Redis' clock. Names and values are short: a delivered
+// record with one attempt is about 200 bytes of Redis memory.
 type DeliveryRecord struct {
 	SubscriberID string    `json:"subscriber_id"`
 	EventID      string    `json:"event_id"`
@@ -38,14 +47,16 @@ type DeliveryRecord struct {
 	State        string    `json:"state"`
 	PublishedAt  time.Time `json:"published_at"`
 	DueAt        time.Time `json:"due_at"`
+	ExpiresAt    time.Time `json:"expires_at,omitzero"`
 	DeliveredAt  time.Time `json:"delivered_at,omitzero"`
 	NextAttempt  time.Time `json:"next_attempt_at,omitzero"`
 	AttemptCount int       `json:"attempt_count"`
-	Resends      int       `json:"resends,omitempty"`
-	Attempts     []Attempt `json:"attempts,omitempty"` // oldest first; only where asked for
-	// Queue is the asynq queue its task was booked in, while the record
-	// keeps it (not once delivered); not shown.
-	Queue string `json:"-"`
+	// AttemptsSpent is how many of its max attempts the delivery has spent
+	// (in its current series): a 429's wait, a hold, a failed probe and a
+	// request cut by a shutdown spend none.
+	AttemptsSpent int       `json:"attempts_spent"`
+	Resends       int       `json:"resends,omitempty"`
+	Attempts      []Attempt `json:"attempts,omitempty"` // oldest first; only where asked for
 }
 
 // AttemptField names the record field of an attempt made at at.
@@ -65,8 +76,9 @@ func ParseDeliveryRecord(sub, eventID string, h map[string]string, withAttempts 
 		return time.UnixMilli(n).UTC()
 	}
 	d := DeliveryRecord{SubscriberID: sub, EventID: eventID, EventType: h["t"], State: h["s"],
-		PublishedAt: ms("p"), DueAt: ms("u"), DeliveredAt: ms("dl"), NextAttempt: ms("nx"), Queue: h["q"]}
+		PublishedAt: ms("p"), DueAt: ms("u"), ExpiresAt: ms("x"), DeliveredAt: ms("dl"), NextAttempt: ms("nx")}
 	d.AttemptCount, _ = strconv.Atoi(h["n"])
+	d.AttemptsSpent, _ = strconv.Atoi(h["c"])
 	d.Resends, _ = strconv.Atoi(h["r"])
 	if withAttempts {
 		var fields []string
@@ -88,48 +100,6 @@ func ParseDeliveryRecord(sub, eventID string, h map[string]string, withAttempts 
 		}
 	}
 	return d, true
-}
-
-// ParseStoredEvent reads the value of an event's key (Keys.Event):
-// "<published Unix ms> <subscriber id> …\n<Event JSON>". ok is false for
-// an empty or malformed value (no such event). The subscribers are sorted.
-func ParseStoredEvent(v string) (ev Event, subs []string, published time.Time, ok bool) {
-	head, _, _ := strings.Cut(v, "\n")
-	fields := strings.Fields(head)
-	ev, ok = storedEventOnly(v)
-	if !ok || len(fields) == 0 {
-		return Event{}, nil, time.Time{}, false
-	}
-	ms, err := strconv.ParseInt(fields[0], 10, 64)
-	if err != nil {
-		return Event{}, nil, time.Time{}, false
-	}
-	subs = fields[1:]
-	slices.Sort(subs)
-	return ev, subs, time.UnixMilli(ms).UTC(), true
-}
-
-// storedEventOnly reads only the event of an event key's value, without
-// its subscriber list.
-func storedEventOnly(v string) (ev Event, ok bool) {
-	_, body, found := strings.Cut(v, "\n")
-	if !found || json.Unmarshal([]byte(body), &ev) != nil {
-		return Event{}, false
-	}
-	return ev, true
-}
-
-// StoredEventBody is the event JSON of an event key's value, as the
-// producer wrote it (json.Marshal of the Event, "id" first), if it is event
-// id's: what a delivery sends, byte for byte, without parsing it. id is
-// one ValidateEventID accepts, so it needs no escaping in JSON.
-func StoredEventBody(v, id string) ([]byte, bool) {
-	_, body, found := strings.Cut(v, "\n")
-	rest, ok := strings.CutPrefix(body, `{"id":"`)
-	if !found || !ok || !strings.HasPrefix(rest, id) || !strings.HasPrefix(rest[len(id):], `",`) || !strings.HasSuffix(body, "}") {
-		return nil, false
-	}
-	return []byte(body), true
 }
 
 // storedAttempt is an Attempt as a delivery record keeps it: short names,

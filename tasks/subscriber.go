@@ -162,8 +162,8 @@ func (s *Subscriber) Validate() error {
 	if s.MaxAttempts < 0 || s.MaxAttempts > 100 {
 		return invalid("max_attempts", "want 0 (default) or 1-100")
 	}
-	if s.RetryHorizon < 0 || time.Duration(s.RetryHorizon) > 30*24*time.Hour {
-		return invalid("retry_horizon", "want 0 (default) up to 720h")
+	if s.RetryHorizon < 0 || s.RetryHorizon > 0 && time.Duration(s.RetryHorizon) < time.Second || time.Duration(s.RetryHorizon) > 30*24*time.Hour {
+		return invalid("retry_horizon", "want 0s (the default) or 1s up to 720h")
 	}
 	if s.Region != "" {
 		if err := ValidateRegion(s.Region); err != nil {
@@ -222,8 +222,10 @@ func ValidateSecret(sec string) error {
 	if !ok {
 		return invalid("secrets", "a secret must start with whsec_")
 	}
+	// The decoder skips line breaks; a secret has none (its form is one
+	// pattern in openapi.json).
 	b, err := base64.StdEncoding.DecodeString(raw)
-	if err != nil || len(b) < 24 || len(b) > 64 {
+	if err != nil || len(b) < 24 || len(b) > 64 || strings.ContainsAny(raw, "\r\n") {
 		return invalid("secrets", "want whsec_ + base64 of 24-64 bytes")
 	}
 	return nil

@@ -63,8 +63,12 @@ const (
 // IsOperatorType reports whether t is one of hooklane's own types.
 func IsOperatorType(t string) bool { return strings.HasPrefix(t, OperatorPrefix) }
 
-func (e *Event) Validate() error {
-	if err := ValidateEventID(e.ID); err != nil {
+func (e *Event) Validate() error { return e.validate(ValidateEventID) }
+
+// validate is Validate with the id checked by validID: ValidateEventID for
+// a new event, validStoredEventID for one published before.
+func (e *Event) validate(validID func(string) error) error {
+	if err := validID(e.ID); err != nil {
 		return err
 	}
 	if e.Type == "" || len(e.Type) > 128 || !idChars(e.Type, false) {
@@ -79,8 +83,22 @@ func (e *Event) Validate() error {
 	return nil
 }
 
-// ValidateEventID accepts 1-128 characters of A-Z a-z 0-9 . _ - : ~.
+// ValidateEventID accepts 1-128 characters of A-Z a-z 0-9 . _ - : ~,
+// except "." and "..": URL path cleaning changes those (GET
+// /v1/events/.. is GET /v1/), so the API could not address the event.
 func ValidateEventID(id string) error {
+	if err := validStoredEventID(id); err != nil {
+		return err
+	}
+	if isDotSegment(id) {
+		return invalid("id", "%q is not an id: URL path cleaning would remove it; want 1-128 characters of A-Z a-z 0-9 . _ - : ~, not . or ..", id)
+	}
+	return nil
+}
+
+// validStoredEventID is the check event ids were published under before
+// "." and ".." were refused: a task queued then is still delivered.
+func validStoredEventID(id string) error {
 	if id == "" || len(id) > 128 || !idChars(id, true) {
 		return invalid("id", "want 1-128 characters of A-Z a-z 0-9 . _ - : ~")
 	}
@@ -88,13 +106,33 @@ func ValidateEventID(id string) error {
 }
 
 // ValidateSubscriberID accepts 1-64 characters of A-Z a-z 0-9 . _ -; no colon,
-// so that TaskID can be split unambiguously.
+// so that TaskID can be split unambiguously; and not "." or "..", which URL
+// path cleaning changes (/v1/subscribers/.. is /v1/), so that the API can
+// address every subscriber it creates.
 func ValidateSubscriberID(id string) error {
+	if err := ValidateStoredSubscriberID(id); err != nil {
+		return err
+	}
+	if isDotSegment(id) {
+		return invalid("subscriber_id", "%q is not an id: URL path cleaning would remove it; want 1-64 characters of A-Z a-z 0-9 . _ -, not . or ..", id)
+	}
+	return nil
+}
+
+// ValidateStoredSubscriberID is the check subscriber ids were created under
+// before "." and ".." were refused (ValidateSubscriberID): it accepts every
+// id a subscriber, its tasks and its dead letters may be stored under. For
+// reading and deleting what exists, never for creating.
+func ValidateStoredSubscriberID(id string) error {
 	if id == "" || len(id) > 64 || !idChars(id, false) || containsColon(id) {
 		return invalid("subscriber_id", "want 1-64 characters of A-Z a-z 0-9 . _ -")
 	}
 	return nil
 }
+
+// isDotSegment reports whether id is a path segment that URL path cleaning
+// removes.
+func isDotSegment(id string) bool { return id == "." || id == ".." }
 
 func containsColon(s string) bool { return strings.IndexByte(s, ':') >= 0 }
 
@@ -115,71 +153,102 @@ func idChars(s string, tilde bool) bool {
 // for its Retention after completion: that is hooklane's deduplication.
 func TaskID(sub, eventID string) string { return sub + ":" + eventID }
 
-// SplitTaskID is TaskID's inverse (a subscriber id has no colon).
+// SplitTaskID is TaskID's inverse (a subscriber id has no colon). It takes
+// any subscriber id a task may have been stored under, so that a dead
+// letter's keys (Keys.Ledger) stay where they were written.
 func SplitTaskID(id string) (sub, eventID string, ok bool) {
 	sub, eventID, ok = strings.Cut(id, ":")
-	return sub, eventID, ok && ValidateSubscriberID(sub) == nil && eventID != ""
+	return sub, eventID, ok && ValidateStoredSubscriberID(sub) == nil && eventID != ""
 }
 
-// DeliveryVersion is the payload version this release writes. A payload
-// without "v" was written by the release before (version 1): it carries
-// no generation and no attempt budget, which asynq's MaxRetry then holds.
-const DeliveryVersion = 2
+// TaskVersion is the payload version this release writes. Version 3 is a
+// pointer to the delivery record, nothing more: {"v":3,"subscriber_id",
+// "event_id"}. Version 2 (the release before) carried the event's type,
+// times and attempt budget (LegacyDelivery); a worker of this release
+// adopts such a task into its subscriber's schedule instead of delivering
+// it (worker/legacy.go). A version above TaskVersion is a later release's:
+// DecodeTask answers ErrNewerTask, and the worker puts it back unsent.
+const TaskVersion = 3
 
-// Delivery is the payload of a TypeDeliver task. It holds no secrets and no
-// endpoint URL: the worker reads the subscriber when it delivers, so a
-// rotated secret or a new URL applies to queued events too.
+// ErrNewerTask marks a task of a payload version this release does not
+// know (a later release's, during a rolling deploy or after a rollback).
+var ErrNewerTask = errors.New("task of a newer release")
+
+// Delivery is the payload of a TypeDeliver task: which delivery record to
+// run. Everything else about the delivery (its generation, due time,
+// horizon, attempts) is in that record (Keys.Delivery), its one owner, and
+// the event in the stored event (Keys.Event): the worker reads both when
+// it runs the task, so a rotated secret, a new URL or a pause applies to
+// queued events too, and no task carries a copy that could go stale.
 type Delivery struct {
-	V            int    `json:"v,omitempty"`
+	V            int    `json:"v"`
 	SubscriberID string `json:"subscriber_id"`
-	Gen          string `json:"gen,omitempty"` // the subscriber generation it was published for
-	MaxAttempts  int    `json:"max_attempts,omitempty"`
-	Event        Event  `json:"event"`
-	// PayloadRef: the event is stored once for all its subscribers
-	// (Keys.Event) and Event holds its id, type and timestamp only (data
-	// null): the worker reads the rest when it runs the task.
-	PayloadRef bool      `json:"payload_ref,omitempty"`
-	EnqueuedAt time.Time `json:"enqueued_at"`
-	NotBefore  time.Time `json:"not_before,omitzero"`
-	// ExpiresAt is the end of the retry horizon: past it a delivery that
-	// still cannot be made is dead-lettered instead of rescheduled.
-	ExpiresAt time.Time `json:"expires_at"`
+	EventID      string `json:"event_id"`
+}
+
+// LegacyDelivery is a version-2 payload (the release before this one). It
+// is read only to adopt the task (see Delivery).
+type LegacyDelivery struct {
+	V            int       `json:"v,omitempty"`
+	SubscriberID string    `json:"subscriber_id"`
+	Gen          string    `json:"gen,omitempty"`
+	MaxAttempts  int       `json:"max_attempts,omitempty"`
+	Event        Event     `json:"event"`
+	EnqueuedAt   time.Time `json:"enqueued_at"`
+	NotBefore    time.Time `json:"not_before,omitzero"`
+	ExpiresAt    time.Time `json:"expires_at"`
 }
 
 // AsynqMaxRetry is the MaxRetry hooklane gives asynq: far above any attempt
-// budget (Delivery.MaxAttempts, at most 100), so that asynq never archives
-// a task on its own (it does, without asking, once Retried reaches
-// MaxRetry; a lost lease counts). hooklane counts the attempts and
+// budget (at most 100), so that asynq never archives a task on its own (it
+// does, without asking, once Retried reaches MaxRetry; a lost lease
+// counts). hooklane counts the attempts in the delivery record and
 // dead-letters, ledger first, itself.
 const AsynqMaxRetry = 1 << 30
 
-// NewDeliverTask builds the task for d. opts are passed to asynq; the caller
-// adds TaskID, Queue, MaxRetry and Retention.
-func NewDeliverTask(d Delivery, opts ...asynq.Option) (*asynq.Task, error) {
-	b, err := json.Marshal(d)
-	if err != nil {
-		return nil, err
-	}
-	return asynq.NewTask(TypeDeliver, b, opts...), nil
+// NewDeliverTask builds the task of subscriber sub's delivery of event
+// eventID. opts are passed to asynq; the caller adds TaskID, Queue and
+// MaxRetry.
+func NewDeliverTask(sub, eventID string, opts ...asynq.Option) *asynq.Task {
+	b, _ := json.Marshal(Delivery{V: TaskVersion, SubscriberID: sub, EventID: eventID}) // strings: cannot fail
+	return asynq.NewTask(TypeDeliver, b, opts...)
 }
 
-// DecodeDelivery parses a TypeDeliver payload. Its error wraps asynq.SkipRetry:
-// a payload that cannot be read will not read better on a later attempt, so it
-// goes straight to the dead letters.
-func DecodeDelivery(b []byte) (Delivery, error) {
-	var d Delivery
-	if err := json.Unmarshal(b, &d); err != nil {
-		return d, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+// DecodeTask reads a TypeDeliver payload: a Delivery of this release, or
+// (legacy non-nil) a version-2 task to adopt. A payload that cannot be read
+// wraps asynq.SkipRetry (it will not read better later: it goes to the
+// dead letters); one of a newer version wraps ErrNewerTask.
+func DecodeTask(b []byte) (d Delivery, legacy *LegacyDelivery, err error) {
+	var head struct {
+		V int `json:"v"`
 	}
-	if err := ValidateSubscriberID(d.SubscriberID); err != nil {
-		return d, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+	if err := json.Unmarshal(b, &head); err != nil {
+		return d, nil, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
 	}
-	check := d.Event
-	if d.PayloadRef {
-		check.Data = json.RawMessage("null") // not here: read from the event's key
+	switch {
+	case head.V > TaskVersion:
+		return d, nil, fmt.Errorf("%w: payload version %d, this worker knows up to %d", ErrNewerTask, head.V, TaskVersion)
+	case head.V == TaskVersion:
+		if err := json.Unmarshal(b, &d); err != nil {
+			return d, nil, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+		}
+	default:
+		var l LegacyDelivery
+		if err := json.Unmarshal(b, &l); err != nil {
+			return d, nil, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+		}
+		if l.MaxAttempts == 0 || l.Gen == "" {
+			return d, nil, fmt.Errorf("undecodable payload: a task of a release before the last one (layout 1): %w", asynq.SkipRetry)
+		}
+		d, legacy = Delivery{V: head.V, SubscriberID: l.SubscriberID, EventID: l.Event.ID}, &l
 	}
-	if err := check.Validate(); err != nil {
-		return d, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+	// The checks ids were accepted under when the task was queued: a task
+	// of an id refused since is still delivered.
+	if err := ValidateStoredSubscriberID(d.SubscriberID); err != nil {
+		return d, nil, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
 	}
-	return d, nil
+	if err := validStoredEventID(d.EventID); err != nil {
+		return d, nil, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+	}
+	return d, legacy, nil
 }

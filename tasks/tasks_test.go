@@ -65,28 +65,54 @@ func TestSubscriberJSONRoundTrip(t *testing.T) {
 	}
 }
 
-func TestDecodeDeliverySkipsRetry(t *testing.T) {
-	for _, payload := range []string{`{`, `{"subscriber_id":"a:b","event":{"id":"e","type":"t","data":1}}`, `{"subscriber_id":"a","event":{"id":"","type":"t","data":1}}`} {
-		if _, err := DecodeDelivery([]byte(payload)); !errors.Is(err, asynq.SkipRetry) {
-			t.Errorf("%s: err %v, want it to wrap asynq.SkipRetry", payload, err)
+// A payload that cannot be read dead-letters (SkipRetry); one of a later
+// release is refused as such (ErrNewerTask), never dead-lettered; one of
+// the release before is returned to be adopted; one of the release before
+// that (layout 1) cannot be.
+func TestDecodeTask(t *testing.T) {
+	for _, c := range []struct {
+		payload string
+		want    error
+	}{
+		{`{`, asynq.SkipRetry},
+		{`{"v":3,"subscriber_id":"a:b","event_id":"e"}`, asynq.SkipRetry},
+		{`{"v":3,"subscriber_id":"a","event_id":""}`, asynq.SkipRetry},
+		{`{"subscriber_id":"a","event":{"id":"e","type":"t","data":1}}`, asynq.SkipRetry}, // layout 1
+		{`{"v":4,"subscriber_id":"a","event_id":"e"}`, ErrNewerTask},
+		{`{"v":99}`, ErrNewerTask},
+	} {
+		if _, _, err := DecodeTask([]byte(c.payload)); !errors.Is(err, c.want) {
+			t.Errorf("%s: err %v, want it to wrap %v", c.payload, err, c.want)
 		}
+	}
+	task := NewDeliverTask("s", "e1")
+	d, legacy, err := DecodeTask(task.Payload())
+	if err != nil || legacy != nil || d != (Delivery{V: TaskVersion, SubscriberID: "s", EventID: "e1"}) {
+		t.Fatalf("DecodeTask(%s) = %+v, %v, %v", task.Payload(), d, legacy, err)
+	}
+	v2 := `{"v":2,"subscriber_id":"s","gen":"g1","max_attempts":5,"event":{"id":"e2","type":"t","timestamp":"2026-12-01T09:00:00Z","data":null},` +
+		`"payload_ref":true,"enqueued_at":"2026-12-01T09:00:00Z","expires_at":"2026-12-02T09:00:00Z"}`
+	d, legacy, err = DecodeTask([]byte(v2))
+	if err != nil || legacy == nil || d.EventID != "e2" || legacy.Gen != "g1" || legacy.MaxAttempts != 5 ||
+		!legacy.ExpiresAt.Equal(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)) {
+		t.Fatalf("DecodeTask(v2) = %+v, %+v, %v; want it to adopt", d, legacy, err)
 	}
 }
 
-func FuzzDecodeDelivery(f *testing.F) {
-	good, _ := json.Marshal(Delivery{SubscriberID: "s", Event: Event{ID: "e", Type: "t", Data: json.RawMessage(`{}`)}})
-	f.Add(good)
-	f.Add([]byte(`{"event":{"data":null}}`))
+func FuzzDecodeTask(f *testing.F) {
+	f.Add(NewDeliverTask("s", "e").Payload())
+	f.Add([]byte(`{"v":2,"subscriber_id":"s","gen":"g","max_attempts":1,"event":{"id":"e"}}`))
+	f.Add([]byte(`{"v":4}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := DecodeDelivery(b)
+		d, _, err := DecodeTask(b)
 		if err != nil {
-			if !errors.Is(err, asynq.SkipRetry) {
-				t.Fatalf("error %v does not dead-letter", err)
+			if !errors.Is(err, asynq.SkipRetry) && !errors.Is(err, ErrNewerTask) {
+				t.Fatalf("error %v neither dead-letters nor refuses a later release's task", err)
 			}
 			return
 		}
-		// What decodes is deliverable: valid ids and JSON data.
-		if ValidateSubscriberID(d.SubscriberID) != nil || d.Event.Validate() != nil {
+		// What decodes names a delivery record.
+		if ValidateStoredSubscriberID(d.SubscriberID) != nil || validStoredEventID(d.EventID) != nil {
 			t.Fatalf("accepted invalid delivery %+v", d)
 		}
 	})
@@ -115,25 +141,50 @@ func TestFieldErrorNamesNestedField(t *testing.T) {
 	}
 }
 
-// The stored event's JSON is taken as is when it is the event asked for,
-// and refused when it is another's (an id that only starts the same) or
-// not an event's value at all.
-func TestStoredEventBody(t *testing.T) {
-	ev := Event{ID: "e1", Type: "t", Timestamp: time.Date(2026, 12, 1, 9, 0, 0, 5, time.UTC), Data: json.RawMessage(`{"n":[1,2]}`)}
-	b, _ := json.Marshal(ev) // as the producer stores it
-	v := "1764579600000 s1 s2\n" + string(b)
-	got, ok := StoredEventBody(v, "e1")
-	if !ok || string(got) != string(b) {
-		t.Fatalf("StoredEventBody = %q, %v; want the stored JSON %q", got, ok, b)
+// The body a subscriber is sent is the event with its data byte for byte
+// as published (whitespace, escapes, U+2028, non-ASCII) and no HTML
+// escaping of the strings; parsed back it is the same event.
+func TestEventBodyKeepsTheDataAsPublished(t *testing.T) {
+	data := "{ \"a\" : \"<&>\",\n  \"u\": \"\u2028 é \\u00e9\" }"
+	ev := Event{ID: "e<1>", Type: "t&x", Timestamp: time.Date(2026, 12, 1, 9, 0, 0, 5, time.UTC), Data: json.RawMessage(data)}
+	b := string(EventBody(ev))
+	want := `{"id":"e<1>","type":"t&x","timestamp":"2026-12-01T09:00:00.000000005Z","data":` + data + `}`
+	if b != want {
+		t.Fatalf("body\n%s\nwant\n%s", b, want)
 	}
-	if back, _, _, ok := ParseStoredEvent(v); !ok || string(back.Data) != string(ev.Data) || !back.Timestamp.Equal(ev.Timestamp) {
-		t.Fatalf("the body sent is not the event parsed: %+v", back)
+	var back Event
+	if err := json.Unmarshal([]byte(b), &back); err != nil || back.ID != ev.ID || back.Type != ev.Type || string(back.Data) != data ||
+		!back.Timestamp.Equal(ev.Timestamp) {
+		t.Fatalf("body parsed back: %+v, %v", back, err)
 	}
-	for _, c := range []struct{ v, id string }{
-		{v, "e"}, {v, "e10"}, {v, "E1"}, {string(b), "e1"}, {"1 s\n", "e1"}, {"1 s\n" + string(b[:20]), "e1"},
-	} {
-		if got, ok := StoredEventBody(c.v, c.id); ok {
-			t.Errorf("StoredEventBody(%q, %q) = %q: taken", c.v, c.id, got)
+}
+
+// An event is its type and its data as a JSON value: keys in any order,
+// whitespace and number spellings do not make another event; a value
+// does.
+func TestEventDigestComparesJSONValues(t *testing.T) {
+	d := func(typ, data string) string {
+		t.Helper()
+		s, err := EventDigest(typ, json.RawMessage(data))
+		if err != nil {
+			t.Fatal(err)
 		}
+		return s
+	}
+	base := d("t", `{"a":1,"b":[1.5,"x",null,true],"c":{"d":"é"}}`)
+	for _, same := range []string{`{ "c" : {"d":"\u00e9"}, "b":[1.50,"x",null,true],"a":1.0}`, `{"b":[15e-1,"x",null,true],"a":1,"c":{"d":"é"}}`} {
+		if d("t", same) != base {
+			t.Errorf("%s: another digest than the same event's", same)
+		}
+	}
+	for _, other := range [][2]string{{"u", `{"a":1,"b":[1.5,"x",null,true],"c":{"d":"é"}}`}, {"t", `{"a":2,"b":[1.5,"x",null,true],"c":{"d":"é"}}`},
+		{"t", `{"a":1,"b":["x",1.5,null,true],"c":{"d":"é"}}`}, {"t", `{"a":"1","b":[1.5,"x",null,true],"c":{"d":"é"}}`},
+		{"t", `{"a":10000000000000000000001,"b":[1.5,"x",null,true],"c":{"d":"é"}}`}} {
+		if d(other[0], other[1]) == base {
+			t.Errorf("%s %s: the digest of another event", other[0], other[1])
+		}
+	}
+	if d("t", `{"n":10000000000000000000001}`) == d("t", `{"n":10000000000000000000000}`) {
+		t.Error("two long numbers rounded into one")
 	}
 }

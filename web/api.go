@@ -8,6 +8,44 @@ import (
 // the status.
 type apiHandler func(w http.ResponseWriter, r *http.Request) error
 
+// apiRoute is one endpoint of the API: its http.ServeMux pattern ("METHOD
+// /path") and the Server method that serves it.
+type apiRoute struct {
+	pattern string
+	serve   func(s *Server, w http.ResponseWriter, r *http.Request) error
+}
+
+// apiRoutes is every endpoint under /v1/, the one list the mux is built
+// from and the one the tests compare with openapi.json, both ways: an
+// endpoint cannot be served without being described, nor described
+// without being served.
+var apiRoutes = []apiRoute{
+	{"GET /v1/subscribers", (*Server).listSubscribers},
+	{"PUT /v1/subscribers/{id}", (*Server).putSubscriber},
+	{"GET /v1/subscribers/{id}", (*Server).getSubscriber},
+	{"DELETE /v1/subscribers/{id}", (*Server).deleteSubscriber},
+	{"POST /v1/subscribers/{id}/pause", (*Server).pause},
+	{"POST /v1/subscribers/{id}/resume", (*Server).resume},
+	{"POST /v1/subscribers/{id}/secrets/rotate", (*Server).rotateSecret},
+	{"GET /v1/subscribers/{id}/status", (*Server).status},
+	{"POST /v1/subscribers/{id}/cooldown/end", (*Server).endCooldown},
+	{"POST /v1/subscribers/{id}/test", (*Server).ping},
+	{"GET /v1/subscribers/{id}/deliveries", (*Server).listDeliveries},
+	{"GET /v1/subscribers/{id}/deliveries/{event_id}", (*Server).getDelivery},
+	{"POST /v1/subscribers/{id}/deliveries/{event_id}/resend", (*Server).resend},
+	{"POST /v1/events", (*Server).publish},
+	{"GET /v1/events/{id}", (*Server).getEvent},
+	{"GET /v1/dead-letters", (*Server).listDeadLetters},
+	{"POST /v1/dead-letters/replay", (*Server).replay},
+	{"DELETE /v1/dead-letters/{task_id}", (*Server).deleteDeadLetter},
+	// routes serves GET before the token is checked; listed here too so
+	// that another method on it is a 405 like on any other endpoint.
+	{"GET /v1/openapi.json", func(_ *Server, w http.ResponseWriter, r *http.Request) error {
+		serveOpenAPI(w, r)
+		return nil
+	}},
+}
+
 func (s *Server) api() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(pattern string, h apiHandler) {
@@ -17,29 +55,9 @@ func (s *Server) api() http.Handler {
 			}
 		})
 	}
-	handle("GET /v1/subscribers", s.listSubscribers)
-	handle("PUT /v1/subscribers/{id}", s.putSubscriber)
-	handle("GET /v1/subscribers/{id}", s.getSubscriber)
-	handle("DELETE /v1/subscribers/{id}", s.deleteSubscriber)
-	handle("POST /v1/subscribers/{id}/pause", s.setPaused(true))
-	handle("POST /v1/subscribers/{id}/resume", s.setPaused(false))
-	handle("POST /v1/subscribers/{id}/secrets/rotate", s.rotateSecret)
-	handle("GET /v1/subscribers/{id}/status", s.status)
-	handle("POST /v1/subscribers/{id}/test", s.ping)
-	handle("GET /v1/subscribers/{id}/deliveries", s.listDeliveries)
-	handle("GET /v1/subscribers/{id}/deliveries/{event_id}", s.getDelivery)
-	handle("POST /v1/subscribers/{id}/deliveries/{event_id}/resend", s.resend)
-	handle("POST /v1/events", s.publish)
-	handle("GET /v1/events/{id}", s.getEvent)
-	handle("GET /v1/dead-letters", s.listDeadLetters)
-	handle("POST /v1/dead-letters/replay", s.replay)
-	handle("DELETE /v1/dead-letters/{task_id}", s.deleteDeadLetter)
-	// routes serves GET before the token is checked; registered here too
-	// so that another method on it is a 405 like on any other endpoint.
-	handle("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) error {
-		serveOpenAPI(w, r)
-		return nil
-	})
+	for _, rt := range apiRoutes {
+		handle(rt.pattern, func(w http.ResponseWriter, r *http.Request) error { return rt.serve(s, w, r) })
+	}
 	// Everything else under /v1/ answers in JSON too: 405 when the path
 	// exists for another method, else 404.
 	handle("/v1/", func(w http.ResponseWriter, r *http.Request) error {

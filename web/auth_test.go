@@ -35,6 +35,8 @@ func TestAuthRefusedOnEveryProtectedPath(t *testing.T) {
 		{"DELETE", "/monitoring/api/queues/" + b.ns}, {"POST", "/monitoring/api/queues/" + b.ns + ":pause"},
 		{"GET", "/monitoring/api/servers"}, {"GET", "/monitoring/api/redis_info"}, {"GET", "/monitoring/api/queue_stats"},
 		{"GET", "/metrics"},
+		{"GET", "/console/"}, {"GET", "/console/subscribers"}, {"GET", "/console/subscribers/s"}, {"GET", "/console/events/e1"},
+		{"GET", "/console/static/console.js"}, {"POST", "/console/subscribers/s/pause"}, {"POST", "/console/subscribers/s/replay"},
 	}
 	wrong := map[string]func(*http.Request){
 		"no credentials": nil,

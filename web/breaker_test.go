@@ -3,24 +3,35 @@ package web_test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/web"
+	"github.com/hooklane/hooklane/worker"
 )
 
 // An endpoint that refuses every connection opens its breaker: the status
-// answer and /metrics say so, and its events are held, not dead-lettered.
+// answer and /metrics say so, and its events are held, not dead-lettered:
+// with max_attempts 2 and probes every 100ms, each of the 10 events is
+// probed several times in 3s, so an event whose hold or probe spent an
+// attempt would die.
 func TestOpenBreakerShowsInStatusAndMetrics(t *testing.T) {
-	b := setup(t, fastRetries)
+	// A 5s backoff: no event is tried a second time before the breaker
+	// opens (5 first attempts fail), so none may die but by a hold or a
+	// probe spending its attempt.
+	b := setup(t, &worker.Config{BackoffBase: 5 * time.Second, BackoffMax: 5 * time.Second,
+		Breaker: limits.BreakerPolicy{Failures: 5, ProbeGap: 100 * time.Millisecond, MaxProbeGap: 100 * time.Millisecond}})
 	down, err := deploy.NewRefusingPort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { down.Close() })
-	b.call(t, "PUT", "/v1/subscribers/down", map[string]any{"url": "http://" + down.Addr + "/hook", "metrics": true})
+	b.call(t, "PUT", "/v1/subscribers/down", map[string]any{"url": "http://" + down.Addr + "/hook", "metrics": true, "max_attempts": 2})
 	for i := range 10 {
 		if r := b.call(t, "POST", "/v1/events", fmt.Sprintf(`{"id":"e%d","type":"t","data":1}`, i)); r.status != 202 {
 			t.Fatalf("publish: %d %s", r.status, r.body)
@@ -42,7 +53,45 @@ func TestOpenBreakerShowsInStatusAndMetrics(t *testing.T) {
 	if v, _, _ := value(fams, "hooklane_breakers_open", nil); v != 1 {
 		t.Errorf("hooklane_breakers_open = %v; want 1", v)
 	}
+	// Past several probes (each one a failure of a held event), still none
+	// dead.
+	opened := *st.Breaker.OpenedAt
+	testkit.Eventually(t, 20*time.Second, "probes for 3s after the breaker opened", func() bool {
+		r := b.call(t, "GET", "/v1/subscribers/down/status", nil)
+		st = web.Status{}
+		return r.status == 200 && json.Unmarshal(r.body, &st) == nil && (st.Counts.Dead > 0 || st.Breaker.LastErrorAt != nil &&
+			st.Breaker.LastErrorAt.Sub(opened) > 3*time.Second)
+	})
 	if st.Counts.Dead != 0 {
-		t.Errorf("%d dead letters; want the events held (8 attempts each, the breaker open after 5 failures)", st.Counts.Dead)
+		t.Errorf("%d dead letters; want the events held (2 attempts each, the breaker open after 5 failures)", st.Counts.Dead)
+	}
+}
+
+// An endpoint too slow for its limit is paced at what its in-flight slots
+// carry (max_in_flight ÷ its latency): the status answer and /metrics
+// show that pace and why, beside the configured limit.
+func TestSlotBoundPaceShowsInStatusAndMetrics(t *testing.T) {
+	b := setup(t, fastRetries)
+	slow := testkit.NewSink(t, func(http.ResponseWriter, int) { time.Sleep(200 * time.Millisecond) })
+	b.call(t, "PUT", "/v1/subscribers/slow", map[string]any{"url": slow.URL, "metrics": true, "max_in_flight": 2,
+		"rate_limit": map[string]any{"rate": 100, "burst": 100, "period": "1s"}})
+	for i := range 4 {
+		if r := b.call(t, "POST", "/v1/events", fmt.Sprintf(`{"id":"e%d","type":"t","data":1}`, i)); r.status != 202 {
+			t.Fatalf("publish: %d %s", r.status, r.body)
+		}
+	}
+	var st web.Status
+	testkit.Eventually(t, 20*time.Second, "the slots' pace in the status", func() bool {
+		r := b.call(t, "GET", "/v1/subscribers/slow/status", nil)
+		st = web.Status{}
+		return r.status == 200 && json.Unmarshal(r.body, &st) == nil && strings.Contains(st.EffectiveRate.Reason, "max_in_flight 2")
+	})
+	// 2 slots at 200ms (and a little more: the request's own overhead).
+	if r := st.EffectiveRate.Rate; r < 5 || r > 10 {
+		t.Fatalf("effective rate %+v; want about 10/s (2 slots at 200ms), the limit 100/s", st.EffectiveRate)
+	}
+	fams := scrape(t, b)
+	if v, _, ok := value(fams, "hooklane_effective_rate", map[string]string{"subscriber": "slow"}); !ok || v < 5 || v > 10 {
+		t.Errorf("hooklane_effective_rate{subscriber=slow} = %v (present %v); want about 10", v, ok)
 	}
 }

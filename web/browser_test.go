@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -51,9 +52,10 @@ func chromium(t *testing.T, pageURL string) (dom, netlog string) {
 // the queue list, rendered from the UI's own /monitoring/api calls; without
 // credentials it gets 401 and no UI.
 func TestBrowserSeesQueueList(t *testing.T) {
+	testkit.Heavy(t, "a browser")
 	b := setup(t, nil)
 	b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": "http://127.0.0.1:9/x"})
-	b.call(t, "POST", "/v1/events", `{"id":"e1","type":"t","data":1,"not_before":"2099-01-01T00:00:00Z"}`)
+	b.call(t, "POST", "/v1/events", `{"id":"e1","type":"t","data":1}`) // no worker: it stays pending
 	u, _ := url.Parse(b.srv.URL + "/monitoring/")
 
 	dom, netlog := chromium(t, u.String())
@@ -69,8 +71,8 @@ func TestBrowserSeesQueueList(t *testing.T) {
 	dom, _ = chromium(t, u.String())
 	// The queues table: the queue's name as a link to its page, beside the
 	// state columns the UI draws only after /monitoring/api/queues answered.
-	q := tasks.Keys(b.ns).DeliveryQueue("", "s", tasks.LaneBacklog, 1) // where a not-before event waits
-	if !strings.Contains(dom, `href="/monitoring/queues/`+q+`"`) || !strings.Contains(dom, "scheduled") {
+	q := tasks.Keys(b.ns).DeliveryQueue("", "s", tasks.LaneFresh, 1)
+	if !strings.Contains(dom, `href="/monitoring/queues/`+q+`"`) || !strings.Contains(dom, "pending") {
 		body := dom
 		if i := strings.Index(dom, "<body"); i >= 0 {
 			body = dom[i:]

@@ -54,6 +54,9 @@ type Config struct {
 	// event's payload is kept for GET /v1/events/{id} and resends. Defaults
 	// 24h each (see producer.Config); the workers should agree.
 	DedupWindow, PayloadRetention time.Duration
+	// MaxNotBefore (HOOKLANE_MAX_NOT_BEFORE) is the furthest ahead a
+	// publish's not_before may be (producer.Config.MaxNotBefore).
+	MaxNotBefore time.Duration
 	// MaxBodyBytes caps a request body. Default 1 MiB: an event's data may
 	// be 256 KiB, and more once JSON-escaped.
 	MaxBodyBytes int64
@@ -155,7 +158,8 @@ func FromEnv() (Config, error) {
 			*dst = n
 		}
 	}
-	for name, dst := range map[string]*time.Duration{"HOOKLANE_DEDUP_WINDOW": &c.DedupWindow, "HOOKLANE_PAYLOAD_RETENTION": &c.PayloadRetention} {
+	for name, dst := range map[string]*time.Duration{"HOOKLANE_DEDUP_WINDOW": &c.DedupWindow, "HOOKLANE_PAYLOAD_RETENTION": &c.PayloadRetention,
+		"HOOKLANE_MAX_NOT_BEFORE": &c.MaxNotBefore} {
 		if v := os.Getenv(name); v != "" {
 			d, perr := time.ParseDuration(v)
 			if perr != nil || d <= 0 {

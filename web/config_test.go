@@ -13,9 +13,10 @@ import (
 func TestFromEnvReadsTheRetentions(t *testing.T) {
 	t.Setenv("HOOKLANE_DEDUP_WINDOW", "48h")
 	t.Setenv("HOOKLANE_PAYLOAD_RETENTION", "72h")
+	t.Setenv("HOOKLANE_MAX_NOT_BEFORE", "720h")
 	c, err := web.FromEnv()
-	if err != nil || c.DedupWindow != 48*time.Hour || c.PayloadRetention != 72*time.Hour {
-		t.Fatalf("FromEnv: %v, %v, %v", c.DedupWindow, c.PayloadRetention, err)
+	if err != nil || c.DedupWindow != 48*time.Hour || c.PayloadRetention != 72*time.Hour || c.MaxNotBefore != 720*time.Hour {
+		t.Fatalf("FromEnv: %v, %v, %v, %v", c.DedupWindow, c.PayloadRetention, c.MaxNotBefore, err)
 	}
 	for _, v := range []string{"0", "-1h", "a day"} {
 		t.Setenv("HOOKLANE_PAYLOAD_RETENTION", v)

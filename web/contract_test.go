@@ -25,8 +25,7 @@ import (
 // the handlers: a field, status, header or endpoint it does not describe
 // fails the test that met it.
 
-// contract is the document (openapi.json and openapi_components.json),
-// loaded and validated once.
+// contract is the document (openapi.json), loaded and validated once.
 type contract struct {
 	doc    *openapi3.T
 	router routers.Router

@@ -1,9 +1,11 @@
 package web_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,6 +43,12 @@ func TestPublishIsIdempotentAndBodyMatchesSDK(t *testing.T) {
 	r = b.call(t, "POST", "/v1/events", ev)
 	if got := targets(t, r); r.status != http.StatusOK || got["s"] != "duplicate" {
 		t.Fatalf("same body again: %d %s; want 200 with a duplicate", r.status, r.body)
+	}
+	// The same id with another type is another event: refused, naming
+	// the id, and nothing is sent (the contract checks the answer).
+	r = b.call(t, "POST", "/v1/events", `{"id":"evt_1","type":"video.removed","data":{"video_id":"vv_9f31c2"}}`)
+	if r.status != http.StatusConflict || !bytes.Contains(r.body, []byte(`"event_conflict"`)) {
+		t.Fatalf("same id, another type: %d %s; want 409 event_conflict", r.status, r.body)
 	}
 	// The same event from the SDK, to compare what the receiver gets.
 	var sdk tasks.Event
@@ -236,5 +244,32 @@ func TestReplayByTimeRange(t *testing.T) {
 	r = b.call(t, "POST", "/v1/dead-letters/replay", map[string]any{"since": cut.Format(time.RFC3339Nano), "until": cut.Add(-time.Hour).Format(time.RFC3339Nano)})
 	if code, field := r.errorOf(t); r.status != 422 || code != "invalid" || field != "until" {
 		t.Fatalf("inverted range: %d %s", r.status, r.body)
+	}
+}
+
+// An event published through the API reaches its receiver as the bytes
+// the API received (whitespace, `<&>`, U+2028, non-ASCII), and the API's
+// answers show it the same: JSON, not HTML-escaped.
+func TestPublishedBytesArriveAndShowAsSent(t *testing.T) {
+	b := setup(t, fastRetries)
+	s := testkit.NewSink(t, nil)
+	b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": s.URL, "event_types": []string{"t"}})
+	// A type nobody subscribes to: 200, and the answer says nothing is sent.
+	if r := b.call(t, "POST", "/v1/events", `{"id":"evt_none","type":"nobody","data":1}`); r.status != http.StatusOK ||
+		!bytes.Contains(r.body, []byte(`"note": "no subscriber matches type \"nobody\"`)) {
+		t.Fatalf("publish of an unmatched type: %d %s; want 200 with a note", r.status, r.body)
+	}
+	data := "{ \"a\" : \"<&>\",\n  \"u\": \"\u2028 é \\u00e9\" }"
+	ev := `{"id":"evt_bytes","type":"t","data":` + data + `}`
+	if r := b.call(t, "POST", "/v1/events", ev); r.status != http.StatusAccepted {
+		t.Fatalf("publish: %d %s", r.status, r.body)
+	}
+	testkit.Eventually(t, 10*time.Second, "the delivery", func() bool { return s.Count() == 1 })
+	if got := string(s.Got()[0].Body); !strings.Contains(got, `"data":`+data+`}`) {
+		t.Fatalf("receiver got %q; want the data as published, %q", got, data)
+	}
+	r := b.call(t, "GET", "/v1/events/evt_bytes", nil)
+	if r.status != http.StatusOK || !bytes.Contains(r.body, []byte(`"<&>"`)) || bytes.Contains(r.body, []byte(`\u003c`)) {
+		t.Fatalf("GET /v1/events/evt_bytes: %d %s; want <&> as itself", r.status, r.body)
 	}
 }

@@ -20,7 +20,7 @@ import (
 func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	env := map[string]string{"REDIS_URL": redisSrv.URL, "PORT": "0", "HOOKLANE_NAMESPACE": "devdemo"}
+	env := map[string]string{"REDIS_URL": redisSrv.URL, "PORT": "0", "HOOKLANE_NAMESPACE": testkit.Namespace("devdemo")} // a fresh one per run: the demo counts from zero
 	var out testkit.Buffer
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -34,6 +34,9 @@ func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 		m = banner.FindStringSubmatch(out.String())
 		return m != nil
 	})
+	if console := regexp.MustCompile(`console\s+(http://127\.0\.0\.1:\d+)/console/\s+\(user: anything, password: (\S+)\)`).FindStringSubmatch(out.String()); console == nil || console[1] != m[1] || console[2] != m[2] {
+		t.Fatalf("the banner names no console at %s:\n%s", m[1], out.String())
+	}
 	c := cli.NewClient(m[1], m[2])
 	c.HTTP.Transport = checked{t: t, next: http.DefaultTransport}
 

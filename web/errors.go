@@ -1,13 +1,16 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +70,8 @@ func toAPIError(err error) *APIError {
 		return apiErr(http.StatusRequestEntityTooLarge, "payload_too_large", "data", "%v", err)
 	case errors.Is(err, producer.ErrBadCursor):
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "cursor", "%v: pass next_cursor as it was answered", err)
+	case errors.Is(err, producer.ErrEventConflict):
+		return apiErr(http.StatusConflict, "event_conflict", "id", "%v", err)
 	case errors.Is(err, producer.ErrTooManySecrets):
 		return apiErr(http.StatusConflict, "too_many_secrets", "secrets", "%v", err)
 	case errors.Is(err, producer.ErrRedisUnavailable), errors.Is(err, redis.ErrClosed), errors.As(err, &netErr),
@@ -95,7 +100,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(v) // the client went away: nothing to do
+	enc.SetEscapeHTML(false) // `<`, `>`, `&` as themselves: JSON, not HTML
+	_ = enc.Encode(v)        // the client went away: nothing to do
 }
 
 // writeError answers with err as an APIError; extra fields (such as the
@@ -119,16 +125,19 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error, extra map[st
 // unknown fields and trailing data, so that a typo is an error instead of
 // a silently ignored setting.
 func decode(w http.ResponseWriter, r *http.Request, max int64, dst any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err == nil {
-		if _, terr := dec.Token(); terr != io.EOF {
-			err = errors.New("trailing data after the JSON object")
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(dst)
+		if err == nil {
+			if _, terr := dec.Token(); terr != io.EOF {
+				err = errors.New("trailing data after the JSON object")
+			}
 		}
 	}
 	if err == nil {
-		return nil
+		return presentMeansValid(body)
 	}
 	var tooBig *http.MaxBytesError
 	var typeErr *json.UnmarshalTypeError
@@ -151,4 +160,24 @@ func decode(w http.ResponseWriter, r *http.Request, max int64, dst any) error {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", apiField(fe.Field), "%s", fe.Msg)
 	}
 	return apiErr(http.StatusBadRequest, "bad_json", "", "%v", err)
+}
+
+// presentMeansValid refuses a field that is present with null or "": a
+// field left out takes its default, one that is given must be a value
+// ("data" excepted: an event's data may be JSON null).
+func presentMeansValid(body []byte) error {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return nil // not an object: decode refused it already
+	}
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		switch v := string(bytes.TrimSpace(fields[name])); {
+		case name == "data":
+		case v == "null":
+			return apiErr(http.StatusUnprocessableEntity, "invalid", name, "null is not a value here: leave %s out for its default", name)
+		case v == `""`:
+			return apiErr(http.StatusUnprocessableEntity, "invalid", name, "empty: leave %s out for its default, or give a value", name)
+		}
+	}
+	return nil
 }

@@ -86,7 +86,8 @@ func (s *Server) writePublished(w http.ResponseWriter, res *producer.PublishResu
 func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
 	q := producer.DeadLetterQuery{Subscriber: r.URL.Query().Get("subscriber")}
 	if q.Subscriber != "" {
-		if err := tasks.ValidateSubscriberID(q.Subscriber); err != nil {
+		// Any id a subscriber's dead letters may be stored under.
+		if err := tasks.ValidateStoredSubscriberID(q.Subscriber); err != nil {
 			return apiErr(http.StatusUnprocessableEntity, "invalid", "subscriber", "not a subscriber id")
 		}
 	}
@@ -94,7 +95,13 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
 	if q.Limit, q.Since, q.Until, err = pageQuery(r, 10_000); err != nil {
 		return err
 	}
-	q.IncludeReplayed = r.URL.Query().Get("include_replayed") == "true"
+	switch v := r.URL.Query().Get("include_replayed"); v {
+	case "", "false":
+	case "true":
+		q.IncludeReplayed = true
+	default:
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "include_replayed", "want true or false, not %q", v)
+	}
 	q.Cursor = r.URL.Query().Get("cursor")
 	dl, next, err := s.p.DeadLetters(r.Context(), q)
 	if err != nil {
@@ -150,7 +157,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
 	if !req.Since.IsZero() && !req.Until.IsZero() && !req.Since.Before(req.Until) {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "until", "until must be after since")
 	}
-	if req.Subscriber != "" && tasks.ValidateSubscriberID(req.Subscriber) != nil {
+	if req.Subscriber != "" && tasks.ValidateStoredSubscriberID(req.Subscriber) != nil {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "subscriber", "not a subscriber id")
 	}
 	if len(req.IDs) > 10_000 {

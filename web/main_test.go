@@ -36,6 +36,7 @@ type bundle struct {
 	rdb  *redis.Client
 	p    *producer.Producer
 	insp *asynq.Inspector
+	w    *worker.Worker // nil without a worker
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -51,7 +52,7 @@ func setup(t *testing.T, wcfg *worker.Config) *bundle {
 	}
 	b := &bundle{ns: ns, srv: httptest.NewServer(s.Handler())}
 	b.rdb = redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	b.p, _ = producer.New(&producer.Config{Redis: b.rdb, Namespace: ns})
+	b.p, _ = producer.New(&producer.Config{Redis: b.rdb, Namespace: ns, Logger: quiet})
 	b.insp = asynq.NewInspectorFromRedisClient(b.rdb)
 	t.Cleanup(func() { b.srv.Close(); s.Close(); b.rdb.Close() })
 	if wcfg != nil {
@@ -62,6 +63,7 @@ func setup(t *testing.T, wcfg *worker.Config) *bundle {
 		if err != nil {
 			t.Fatal(err)
 		}
+		b.w = w
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx) }()

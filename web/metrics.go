@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -155,7 +156,7 @@ func (c *hooklaneCollector) collectMarked(ctx context.Context, ch chan<- prometh
 		gauge(descBreaker, map[string]float64{"closed": 0, "open": 1, "probing": 2}[limits.ReadBreaker(r, now).State])
 		var sub tasks.Subscriber
 		if v, _ := configs.Val()[i].(string); json.Unmarshal([]byte(v), &sub) == nil && sub.Limit.Rate > 0 {
-			gauge(descEffective, limits.ReadEffective(r, sub.Limit, now).Rate/sub.Limit.Period.Seconds())
+			gauge(descEffective, limits.ReadEffective(r, sub.Limit, cmp.Or(sub.MaxInFlight, tasks.DefaultMaxInFlight), now).Rate/sub.Limit.Period.Seconds())
 		}
 		remaining := 0.0
 		if until := limits.ParseCooldown(cool[i].Val()); until.After(now) {

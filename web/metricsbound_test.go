@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -153,23 +152,7 @@ func TestMetricsBoundedWithManySubscribers(t *testing.T) {
 func TestMetricsScrapeCostIndependentOfSubscribers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, err := deploy.StartRedis(ctx, deploy.RedisOpts{}) // MONITOR sees every client: a server of its own
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	ns := testkit.Namespace("cost")
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisConfig: deploy.RedisConfig{URL: srv.URL}, Namespace: ns, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { hs.Close(); s.Close() })
-	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: srv.URL}, Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	srv, hs, p := monitoredWeb(t, "cost")
 	for _, id := range []string{"mark-a", "mark-b"} {
 		if _, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: id, URL: "https://a.test/h", EventTypes: []string{"x"}, Metrics: true}); err != nil {
 			t.Fatal(err)
@@ -212,17 +195,7 @@ func TestMetricsScrapeCostIndependentOfSubscribers(t *testing.T) {
 	// subscriber too.
 	info := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { info.Close() })
-	sent := func() int64 {
-		v, _ := info.Info(ctx, "stats").Result()
-		for _, l := range strings.Split(v, "\r\n") {
-			if n, ok := strings.CutPrefix(l, "total_net_output_bytes:"); ok {
-				b, _ := strconv.ParseInt(n, 10, 64)
-				return b
-			}
-		}
-		t.Fatal("no total_net_output_bytes in INFO stats")
-		return 0
-	}
+	sent := func() int64 { return testkit.InfoInt(t, info, "stats", "total_net_output_bytes") }
 	replyBytes := func() int64 {
 		before := sent()
 		req, _ := http.NewRequest("GET", hs.URL+"/metrics", nil)
@@ -304,4 +277,29 @@ func TestFromEnvReadsTheMetricsCap(t *testing.T) {
 			t.Errorf("HOOKLANE_METRICS_MAX_SUBSCRIBERS=%s: %v; want an error naming it", bad, err)
 		}
 	}
+}
+
+// monitoredWeb starts a redis-server of the test's own (MONITOR sees every
+// client, so the commands counted are the test's alone), a web process on
+// it and a producer, in a fresh namespace named after name.
+func monitoredWeb(t *testing.T, name string) (*deploy.Redis, *httptest.Server, *producer.Producer) {
+	t.Helper()
+	srv, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	ns := testkit.Namespace(name)
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisConfig: deploy.RedisConfig{URL: srv.URL}, Namespace: ns, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { hs.Close(); s.Close() })
+	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: srv.URL}, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return srv, hs, p
 }

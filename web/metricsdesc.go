@@ -39,7 +39,7 @@ var (
 	descCoolingCount = desc("subscribers_cooling", "Subscribers whose destination is in a Retry-After or 429 cooldown now.")
 	descOpenCount    = desc("breakers_open", "Destinations whose circuit breaker is open (their events held, one probe at a time).")
 	descBreaker      = desc("breaker_state", "The marked subscriber's circuit breaker: 0 closed, 1 open, 2 open with the probe in flight.", "subscriber")
-	descEffective    = desc("effective_rate", "Requests per second the marked subscriber is sent at: its limit, or less, learnt from the receiver (429s, RateLimit-Policy); the reason is in GET /v1/subscribers/{id}/status.", "subscriber")
+	descEffective    = desc("effective_rate", "Requests per second the marked subscriber is sent at: its limit, or less, learnt from the receiver (429s, RateLimit-Policy) or carried by its in-flight slots at the endpoint's latency; the reason is in GET /v1/subscribers/{id}/status.", "subscriber")
 	descMarked       = desc("metrics_marked_subscribers", "Subscribers marked for series of their own (metrics: true); only the first metrics_max_subscribers by id get them.")
 	descMaxMarked    = desc("metrics_max_subscribers", "How many marked subscribers get series of their own (HOOKLANE_METRICS_MAX_SUBSCRIBERS).")
 	descInFlight     = desc("in_flight", "Requests to the endpoint in flight now, per marked subscriber.", "subscriber")

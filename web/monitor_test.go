@@ -47,8 +47,8 @@ func TestRedact(t *testing.T) {
 		t.Errorf("huge payload shown as %d bytes", len(got))
 	}
 	// A real delivery payload shows as indented JSON with the event intact.
-	d, _ := json.Marshal(tasks.Delivery{SubscriberID: "s", Event: tasks.Event{ID: "e", Type: "t", Data: json.RawMessage(`{"k":"v"}`)}})
-	if got := web.Redact(d); !strings.Contains(got, `"subscriber_id": "s"`) || !strings.Contains(got, `"k": "v"`) {
+	d, _ := json.Marshal(tasks.Delivery{V: tasks.TaskVersion, SubscriberID: "s", EventID: "e"})
+	if got := web.Redact(d); !strings.Contains(got, `"subscriber_id": "s"`) || !strings.Contains(got, `"event_id": "e"`) {
 		t.Errorf("delivery payload shown as %s", got)
 	}
 }
@@ -71,21 +71,21 @@ func FuzzRedact(f *testing.F) {
 func TestMonitorIsReadOnly(t *testing.T) {
 	b := setup(t, nil)
 	b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": "http://127.0.0.1:9/x"})
-	b.call(t, "POST", "/v1/events", `{"id":"e1","type":"t","data":1,"not_before":"2099-01-01T00:00:00Z"}`)
-	q := tasks.Keys(b.ns).DeliveryQueue("", "s", tasks.LaneBacklog, 1) // where a not-before event waits
+	b.call(t, "POST", "/v1/events", `{"id":"e1","type":"t","data":1}`) // no worker: it stays pending
+	q := tasks.Keys(b.ns).DeliveryQueue("", "s", tasks.LaneFresh, 1)
 	for _, c := range []struct{ method, path string }{
 		{"POST", "/monitoring/api/queues/" + q + ":pause"},
-		{"DELETE", "/monitoring/api/queues/" + q + "/scheduled_tasks/s:e1"},
-		{"POST", "/monitoring/api/queues/" + q + "/scheduled_tasks/s:e1:archive"},
-		{"POST", "/monitoring/api/queues/" + q + "/scheduled_tasks/s:e1:run"},
+		{"DELETE", "/monitoring/api/queues/" + q + "/pending_tasks/s:e1"},
+		{"POST", "/monitoring/api/queues/" + q + "/pending_tasks/s:e1:archive"},
+		{"POST", "/monitoring/api/queues/" + q + "/pending_tasks:archive_all"},
 	} {
 		if r := b.call(t, c.method, c.path, nil); r.status != http.StatusMethodNotAllowed {
 			t.Errorf("%s %s: %d %s, want 405 (read-only)", c.method, c.path, r.status, r.body)
 		}
 	}
 	info, err := testkit.Task(b.insp, b.ns, "s:e1")
-	if err != nil || info.State != asynq.TaskStateScheduled {
-		t.Fatalf("task after the refused calls: %s; want it still scheduled", testkit.State(info, err))
+	if err != nil || info.State != asynq.TaskStatePending {
+		t.Fatalf("task after the refused calls: %s; want it still pending", testkit.State(info, err))
 	}
 	if r := b.call(t, "GET", "/monitoring/api/queues/"+q, nil); r.status != 200 {
 		t.Fatalf("reading still works: %d", r.status)

@@ -1,11 +1,13 @@
 package web
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
 
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -16,14 +18,19 @@ const PingType = "hooklane.ping"
 // any other (signed with its secrets, within its limits, retried), so a
 // receiver can check its signature verifier. Each call is a new event.
 func (s *Server) ping(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("id")
 	if err := s.ingest.allow(r.Context(), r); err != nil {
 		return err
 	}
+	res, err := s.sendPing(r.Context(), r.PathValue("id"))
+	return s.writePublished(w, res, err)
+}
+
+// sendPing sends subscriber id alone a new hooklane.ping event (the API's
+// test endpoint and the console's button).
+func (s *Server) sendPing(ctx context.Context, id string) (*producer.PublishResult, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	data, _ := json.Marshal(map[string]string{"subscriber_id": id})
 	ev := tasks.Event{ID: "ping_" + hex.EncodeToString(b[:]), Type: PingType, Data: data}
-	res, err := s.p.SendOperatorEventTo(r.Context(), id, ev)
-	return s.writePublished(w, res, err)
+	return s.p.SendOperatorEventTo(ctx, id, ev)
 }

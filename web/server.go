@@ -27,6 +27,7 @@ type Server struct {
 	gates   *limits.Gates // read only: every write goes through p
 	insp    *asynq.Inspector
 	mon     *asynqmon.HTTPHandler
+	console *console
 	handler http.Handler
 
 	closeOnce sync.Once
@@ -48,7 +49,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, rdb: rdb}
 	s.p, err = producer.New(&producer.Config{Redis: s.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger,
-		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention})
+		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention, MaxNotBefore: cfg.MaxNotBefore})
 	if err != nil {
 		s.rdb.Close()
 		return nil, err
@@ -59,6 +60,11 @@ func New(cfg Config) (*Server, error) {
 	// asynqmon wants an asynq.RedisConnOpt rather than a client: the same
 	// connection, in the same mode.
 	s.mon = newMonitor("/monitoring", cfg.RedisConfig.AsynqConnOpt(), cfg.MonitorWrites)
+	if s.console, err = newConsole(s); err != nil {
+		s.mon.Close()
+		s.rdb.Close()
+		return nil, err
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -79,6 +85,9 @@ func (s *Server) routes() http.Handler {
 	// Basic, so that a browser asks for the token as a password.
 	mux.Handle("/monitoring/", guard(s.cfg.Token, "Basic", s.mon))
 	mux.Handle("/monitoring", guard(s.cfg.Token, "Basic", http.RedirectHandler("/monitoring/", http.StatusFound)))
+	// The console: asynqmon's neighbour, behind the same token and prompt.
+	mux.Handle("/console/", consoleHeaders(guard(s.cfg.Token, "Basic", s.console.handler())))
+	mux.Handle("/console", guard(s.cfg.Token, "Basic", http.RedirectHandler("/console/", http.StatusFound)))
 	mux.Handle("GET /{$}", http.RedirectHandler("/monitoring/", http.StatusFound))
 	return mux
 }

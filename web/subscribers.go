@@ -2,21 +2,14 @@ package web
 
 import (
 	"encoding/base64"
-	"errors"
-	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hooklane/hooklane/limits"
-	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
-	"github.com/hooklane/hooklane/worker"
 )
 
 // RateLimit is a limit as the API writes it: period as a Go duration.
@@ -47,7 +40,7 @@ type SubscriberRequest struct {
 }
 
 // StrictBool is SubscriberRequest.Metrics: true or false, anything else a
-// 422 naming the field (null: false).
+// 422 naming the field (null is refused before, by decode).
 type StrictBool bool
 
 func (m *StrictBool) UnmarshalJSON(b []byte) error {
@@ -134,8 +127,8 @@ func (r *SubscriberRequest) toTask(id string) (tasks.Subscriber, error) {
 		if err != nil {
 			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want a duration such as 90m or 24h")
 		}
-		if d <= 0 {
-			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want a positive duration up to 720h")
+		if d < time.Second {
+			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want 1s up to 720h (a delivery still failing past it is dead-lettered)")
 		}
 		s.RetryHorizon = tasks.Duration(d)
 	}
@@ -242,7 +235,8 @@ func decodeSubscriberCursor(c string) (string, error) {
 		return "", bad
 	}
 	id, err := base64.RawURLEncoding.DecodeString(rest)
-	if err != nil || tasks.ValidateSubscriberID(string(id)) != nil {
+	// A page may end at a subscriber stored before "." and ".." were refused.
+	if err != nil || tasks.ValidateStoredSubscriberID(string(id)) != nil {
 		return "", bad
 	}
 	return string(id), nil
@@ -256,14 +250,16 @@ func (s *Server) deleteSubscriber(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-func (s *Server) setPaused(paused bool) apiHandler {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		id := r.PathValue("id")
-		if err := s.p.SetPaused(r.Context(), id, paused); err != nil {
-			return err
-		}
-		return s.getSubscriber(w, r)
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) error { return s.setPaused(w, r, true) }
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
+	return s.setPaused(w, r, false)
+}
+
+func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) error {
+	if err := s.p.SetPaused(r.Context(), r.PathValue("id"), paused); err != nil {
+		return err
 	}
+	return s.getSubscriber(w, r)
 }
 
 // RotateRequest is the optional body of POST /v1/subscribers/{id}/secrets/rotate.
@@ -298,125 +294,5 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	v := view(sub)
 	v.Secrets = []string{secret} // shown this once
 	writeJSON(w, http.StatusOK, v)
-	return nil
-}
-
-// Status is the answer of GET /v1/subscribers/{id}/status.
-type Status struct {
-	SubscriberID string     `json:"subscriber_id"`
-	Paused       bool       `json:"paused"`
-	PauseReason  string     `json:"pause_reason,omitempty"`
-	RateLimit    RateLimit  `json:"rate_limit"`
-	MaxInFlight  int        `json:"max_in_flight"`
-	CoolingUntil *time.Time `json:"cooling_until"` // null when not cooling down
-	InFlight     int64      `json:"in_flight"`
-	Counts       Counts     `json:"counts"`
-	Breaker      Breaker    `json:"breaker"`
-	// EffectiveRate is the rate hooklane sends at: the configured limit, or
-	// less, learnt from the receiver (429s, its RateLimit-Policy).
-	EffectiveRate EffectiveRate `json:"effective_rate"`
-}
-
-// EffectiveRate is Status.EffectiveRate.
-type EffectiveRate struct {
-	Rate   float64 `json:"rate"`   // requests per period (rate_limit.period)
-	Period string  `json:"period"` // as rate_limit's
-	// Reason is why it is below the limit ("" when it is the limit).
-	Reason string     `json:"reason,omitempty"`
-	Since  *time.Time `json:"since"` // null when it is the limit
-}
-
-// Breaker is the destination's circuit breaker (see limits.BreakerPolicy).
-// Times are null when they do not apply.
-type Breaker struct {
-	// State: "closed", "open" (events held, waiting for the next probe) or
-	// "probing" (open, the probe in flight).
-	State string `json:"state"`
-	// ConsecutiveFailures counts the endpoint failures in a row while closed.
-	ConsecutiveFailures int        `json:"consecutive_failures"`
-	FailingSince        *time.Time `json:"failing_since"`
-	OpenedAt            *time.Time `json:"opened_at"`
-	NextProbe           *time.Time `json:"next_probe"`
-	LastError           string     `json:"last_error,omitempty"`
-	LastErrorAt         *time.Time `json:"last_error_at"`
-	// SlowStartSince: closed since then, the rate still ramping up.
-	SlowStartSince *time.Time `json:"slow_start_since"`
-}
-
-func breakerView(b limits.Breaker) Breaker {
-	at := func(t time.Time) *time.Time {
-		if t.IsZero() {
-			return nil
-		}
-		t = t.UTC()
-		return &t
-	}
-	return Breaker{State: b.State, ConsecutiveFailures: b.Failures, FailingSince: at(b.FailingSince), OpenedAt: at(b.OpenedAt),
-		NextProbe: at(b.NextProbe), LastError: b.LastError, LastErrorAt: at(b.LastErrorAt), SlowStartSince: at(b.RampingSince)}
-}
-
-// Counts: Retrying is live, the subscriber's tasks waiting in asynq's
-// schedule (backoff, Retry-After, pacing, pause; its waiting index); the
-// rest are the
-// worker's all-time counters (worker.ReadStats).
-type Counts struct {
-	Delivered int64 `json:"delivered"`
-	Retrying  int64 `json:"retrying"`
-	Dead      int64 `json:"dead"`
-	Failed    int64 `json:"failed"`
-	Deferred  int64 `json:"deferred"`
-}
-
-func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	sub, err := s.p.GetSubscriber(ctx, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
-	st := Status{SubscriberID: sub.ID, Paused: sub.Paused, PauseReason: sub.PauseReason, MaxInFlight: sub.MaxInFlight,
-		RateLimit: view(sub).RateLimit}
-	fail := func(err error) error { return fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err) }
-	k := tasks.Keys(s.cfg.Namespace).Gates(sub.ID)
-	var cool *redis.StringCmd
-	var inflight, waiting *redis.IntCmd
-	var now *redis.TimeCmd
-	var rec *redis.MapStringStringCmd
-	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cool = p.Get(ctx, k.Cooldown)
-		rec = p.HGetAll(ctx, k.Record)
-		now = p.Time(ctx) // cooldowns are kept in Redis' clock
-		inflight = s.gates.InFlightIn(ctx, p, k)
-		waiting = p.ZCard(ctx, k.Waiting)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fail(err)
-	}
-	if until := limits.ParseCooldown(cool.Val()); until.After(now.Val()) {
-		st.CoolingUntil = &until
-	}
-	st.InFlight = inflight.Val()
-	st.Breaker = breakerView(limits.ReadBreaker(rec.Val(), now.Val()))
-	eff := limits.ReadEffective(rec.Val(), sub.Limit, now.Val())
-	st.EffectiveRate = EffectiveRate{Rate: math.Round(eff.Rate*100) / 100, Period: st.RateLimit.Period, Reason: eff.Reason}
-	if !eff.Since.IsZero() {
-		since := eff.Since.UTC()
-		st.EffectiveRate.Since = &since
-	}
-	counts, err := worker.ReadStats(ctx, s.rdb, s.cfg.Namespace, sub.ID)
-	if err != nil {
-		return fail(err)
-	}
-	st.Counts = Counts{Delivered: counts["delivered"], Failed: counts["failed"]}
-	for k, v := range counts {
-		switch {
-		case strings.HasPrefix(k, "dead:"):
-			st.Counts.Dead += v
-		case strings.HasPrefix(k, "deferred:"):
-			st.Counts.Deferred += v
-		}
-	}
-	st.Counts.Retrying = waiting.Val()
-	writeJSON(w, http.StatusOK, st)
 	return nil
 }

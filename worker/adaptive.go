@@ -5,31 +5,48 @@ import (
 	"math"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
 
-// learnRate teaches the destination's effective rate what an answer said
-// (see limits/adaptive.go), as soon as its headers arrive: a 429 lowers it;
-// a RateLimit-Policy below the configured limit caps it; a RateLimit header
-// saying the quota is spent cools the destination until its reset, so the
-// next request does not draw the 429. A healthy answer without such
-// headers writes nothing.
-func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, status int, hint limits.RateHint) {
+// learnRate reads what an answer's headers say of the destination's pace,
+// as soon as they arrive, before its body is read and before its slot is
+// released (see limits/adaptive.go):
+//
+//   - a 429 (or 503) with a usable Retry-After, or a RateLimit header
+//     saying the quota is spent, cools the whole destination until then
+//     (written at once: no request slips out after the 429; r.coolUntil);
+//   - a RateLimit-Policy below the configured limit caps the rate, for
+//     limits.PolicyLifetime after the last answer that carried it.
+//
+// A 429's decrease of the effective rate is committed with the outcome. A
+// healthy answer without such headers writes nothing.
+func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, status int, hdr http.Header) {
 	ctx = context.WithoutCancel(ctx)
-	log := h.log.With("subscriber_id", sub.ID)
-	if status == http.StatusTooManyRequests {
-		f, err := h.gates.Throttled(ctx, r.keys, r.d.Gen, "429 Too Many Requests at "+sub.Limit.String())
-		if err != nil {
-			log.Error("could not lower the effective rate after a 429", "err", err)
-		} else if f > 0 {
-			log.Info("effective rate lowered after a 429", "factor", f, "limit", sub.Limit.String())
-		}
+	hint, _ := limits.ReadRateHint(hdr)
+	throttled := status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
+	ra, ok := limits.ReadRetryAfter(hdr.Get("Retry-After"))
+	switch {
+	case throttled && ok:
+	case hint.Spent() && (throttled || status/100 == 2):
+		ra, ok = limits.RetryAfter{After: hint.Reset}, true
+	default:
+		ok = false
 	}
-	if hint.Spent() && r.coolLocal.IsZero() && status/100 == 2 {
-		if _, _, err := h.gates.Cooldown(ctx, r.keys, limits.RetryAfter{After: hint.Reset}, h.cfg.MaxRetryAfter); err != nil {
-			log.Error("could not record the cooldown of a spent quota", "err", err)
+	if ok {
+		until, _, err := h.gates.Cooldown(ctx, r.keys, ra, h.cfg.MaxRetryAfter)
+		if err != nil {
+			// The delivery still waits for its deadline (its own clock);
+			// only the cooldown of the other events is lost.
+			h.log.Error("could not record cooldown", "subscriber_id", r.sub, "err", err)
+			until = ra.Deadline(time.Now(), h.cfg.MaxRetryAfter)
+		} else {
+			h.totals.cooling(r.sub, until)
+		}
+		if throttled {
+			r.coolUntil = until
 		}
 	}
 	if rate := hint.PerSecond() * policyMargin; rate > 0 {
@@ -37,12 +54,10 @@ func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, 
 		if rate < sub.Limit.PerSecond() {
 			want = math.Round(rate*1000) / 1000
 		}
-		if h.caps.changed(sub.ID, want) {
+		if h.caps.due(sub.ID, want) {
 			if err := h.gates.SetRateCap(ctx, r.keys, want); err != nil {
 				h.caps.forget(sub.ID)
-				log.Error("could not record the receiver's RateLimit-Policy", "err", err)
-			} else {
-				log.Info("receiver's RateLimit-Policy read", "per_second", rate, "capped", want > 0)
+				h.log.Error("could not record the receiver's RateLimit-Policy", "subscriber_id", sub.ID, "err", err)
 			}
 		}
 	}
@@ -54,13 +69,27 @@ func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, 
 const policyMargin = 0.95
 
 // rateCaps remembers the RateLimit-Policy cap this process last wrote per
-// subscriber, so that a receiver sending the header on every answer costs
-// one write, not one per delivery.
+// subscriber and when, so that a receiver sending the header on every
+// answer costs one write per change, and one per half its lifetime to
+// renew it, not one per delivery.
 type rateCaps struct{ m sync.Map }
 
-func (c *rateCaps) changed(sub string, perSecond float64) bool {
-	old, ok := c.m.Swap(sub, perSecond)
-	return !ok || old.(float64) != perSecond
+type rateCap struct {
+	perSecond float64
+	at        time.Time
+}
+
+func (c *rateCaps) due(sub string, perSecond float64) bool {
+	now := time.Now()
+	old, ok := c.m.Load(sub)
+	if ok {
+		o := old.(rateCap)
+		if o.perSecond == perSecond && (perSecond == 0 || now.Sub(o.at) < limits.PolicyLifetime/2) {
+			return false
+		}
+	}
+	c.m.Store(sub, rateCap{perSecond, now})
+	return true
 }
 
 func (c *rateCaps) forget(sub string) { c.m.Delete(sub) }

@@ -88,20 +88,20 @@ func (b *bucket) throttled() []time.Time {
 	return append([]time.Time(nil), b.throttle...)
 }
 
-// TestAdaptiveRateConvergesUnderAReceiversLimit: configured 20/s, the
-// receiver takes 18.5/s. Each 429 lowers the effective rate by 5%: 19/s,
-// then 18.05/s, under the receiver's; then the 429s stop, and status says
+// TestAdaptiveRateConvergesUnderAReceiversLimit: configured 40/s, the
+// receiver takes 37/s. Each 429 lowers the effective rate by 5%: 38/s,
+// then 36.1/s, under the receiver's; then the 429s stop, and status says
 // why the rate is lower. The receiver's rate is off the decrease's steps
-// on purpose: at 17/s (20 × 0.95³ = 17.15/s, 1% over) the third step's
+// on purpose: at 34/s (40 × 0.95³ = 34.3/s, 1% over) the third step's
 // slow overdraw drew a fourth 429 anywhere from 10 to 20 s later, which is
 // AIMD working, and made "they stop" a race with the end of the run.
 func TestAdaptiveRateConvergesUnderAReceiversLimit(t *testing.T) {
 	// Not parallel: arrival rates.
-	const n, receiver = 600, 18.5
+	const n, receiver = 500, 37.0
 	b := procBundle(t) // a real worker process
 	rc := newBucket(receiver, 3)
 	s := testkit.NewSink(t, rc.respond)
-	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: 20, Burst: 3, Period: time.Second}, MaxAttempts: 20})
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: 40, Burst: 3, Period: time.Second}, MaxAttempts: 20})
 	start := time.Now()
 	for i := range n {
 		b.publish(t, fmt.Sprintf("e%03d", i), "t")
@@ -124,7 +124,7 @@ func TestAdaptiveRateConvergesUnderAReceiversLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eff := limits.ReadEffective(rec, limits.Limit{Rate: 20, Burst: 3, Period: time.Second}, time.Now())
+	eff := limits.ReadEffective(rec, limits.Limit{Rate: 40, Burst: 3, Period: time.Second}, 0, time.Now())
 	if eff.Rate > receiver || eff.Reason == "" {
 		t.Errorf("effective rate %.2f/s (%q); want at most the receiver's %g/s, with the reason", eff.Rate, eff.Reason, receiver)
 	}

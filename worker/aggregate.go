@@ -3,12 +3,12 @@ package worker
 import (
 	"context"
 	"log/slog"
-	"maps"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -34,9 +34,17 @@ type totals struct {
 	log   *slog.Logger
 	stats *Stats
 
-	mu     sync.Mutex
-	counts map[string]int64 // Totals field → not yet written
-	cool   map[string]int64 // subscriber → latest cooldown end, Unix ms in Redis' clock
+	mu       sync.Mutex
+	counts   map[string]int64 // Totals field → not yet written
+	counters map[string]int64 // Counters field → not yet written
+	cool     map[string]int64 // subscriber → latest cooldown end, Unix ms in Redis' clock
+	// pending is the flush sent whose reply did not come back, sent again
+	// before anything newer.
+	pending []any
+	// id and seq name each flush, so that one sent twice (its reply lost,
+	// and go-redis or the next flush sending it again) is added once.
+	id  string
+	seq int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -47,8 +55,8 @@ type totals struct {
 const totalsFlush = time.Second
 
 func newTotals(rdb redis.UniversalClient, keys tasks.Keys, log *slog.Logger, stats *Stats) *totals {
-	return &totals{rdb: rdb, keys: keys, log: log, stats: stats, counts: map[string]int64{}, cool: map[string]int64{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+	return &totals{rdb: rdb, keys: keys, log: log, stats: stats, counts: map[string]int64{}, counters: map[string]int64{},
+		cool: map[string]int64{}, id: limits.NewToken(), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // add counts n more of field (a Stats field).
@@ -61,15 +69,13 @@ func (t *totals) add(field string, n int64) {
 	t.mu.Unlock()
 }
 
-// addAll counts the increments of a run whose counters were written.
-func (t *totals) addAll(incs []increment) {
-	if t == nil || len(incs) == 0 {
+// count counts n more of a namespace counter (tasks.Keys.Counters).
+func (t *totals) count(field string, n int64) {
+	if t == nil || n == 0 {
 		return
 	}
 	t.mu.Lock()
-	for _, i := range incs {
-		t.counts[i.field] += i.n
-	}
+	t.counters[field] += n
 	t.mu.Unlock()
 }
 
@@ -108,53 +114,93 @@ func (t *totals) close() {
 	<-t.done
 }
 
-// flush writes what was summed since the last flush in one pipeline: one
-// HINCRBY per field that changed and one script for the cooldowns. What
-// cannot be written is merged back for the next flush.
+// flush writes what was summed since the last flush: one script for the
+// counts (named by the flush, so that one sent twice adds once) and one
+// for the cooldowns (idempotent). A flush whose reply did not come back may
+// have been written: it is sent again as it was, under the same name,
+// before anything newer, and what was summed meanwhile waits for the next.
 func (t *totals) flush(ctx context.Context) {
-	t.mu.Lock()
-	counts, cool := t.counts, t.cool
-	if len(counts) == 0 && len(cool) == 0 {
-		t.mu.Unlock()
-		return
-	}
-	t.counts, t.cool = make(map[string]int64, len(counts)), map[string]int64{}
-	t.mu.Unlock()
-
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		key := t.keys.Totals()
-		for f, n := range counts {
-			p.HIncrBy(ctx, key, f, n)
-		}
-		if len(cool) > 0 {
-			args := make([]any, 0, 2*len(cool))
-			for sub, ms := range cool {
-				args = append(args, sub, ms)
-			}
-			coolingScript.Eval(ctx, p, []string{t.keys.Cooling()}, args...)
-		}
-		return nil
-	})
-	if err == nil {
-		return
-	}
-	// A pipeline is not atomic, and it is not known which commands went
-	// through: retrying them all may count some twice, dropping them may
-	// miss some. Counters are retried (a Redis that failed mid-pipeline
-	// usually ran none of it); cooldowns are idempotent.
-	t.stats.RecordErrors.Add(1)
-	t.log.Warn("could not add to the namespace's totals; will retry", "err", err)
 	t.mu.Lock()
-	for f, n := range counts {
-		t.counts[f] += n
-	}
-	for sub, ms := range cool {
-		t.cool[sub] = max(t.cool[sub], ms)
-	}
+	retry := t.pending != nil
 	t.mu.Unlock()
+	for range 2 { // a retry, then what was summed meanwhile
+		t.mu.Lock()
+		if t.pending == nil {
+			t.pending = t.take()
+		}
+		args, cool := t.pending, t.cool
+		t.cool = map[string]int64{}
+		t.mu.Unlock()
+		if args == nil && len(cool) == 0 {
+			return
+		}
+		_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if args != nil {
+				flushScript.Eval(ctx, p, []string{t.keys.Totals(), t.keys.TotalsFlushes(), t.keys.Counters()}, args...)
+			}
+			if len(cool) > 0 {
+				cargs := make([]any, 0, 2*len(cool))
+				for sub, ms := range cool {
+					cargs = append(cargs, sub, ms)
+				}
+				coolingScript.Eval(ctx, p, []string{t.keys.Cooling()}, cargs...)
+			}
+			return nil
+		})
+		t.mu.Lock()
+		if err != nil {
+			for sub, ms := range cool {
+				t.cool[sub] = max(t.cool[sub], ms)
+			}
+			t.mu.Unlock()
+			t.stats.CommitErrors.Add(1)
+			t.log.Warn("could not add to the namespace's totals; will retry", "err", err)
+			return
+		}
+		t.pending = nil
+		t.mu.Unlock()
+		if !retry {
+			return
+		}
+		retry = false
+	}
 }
+
+// take names the sums not yet sent as the next flush and empties them: the
+// flush script's arguments, or nil when there are none. t.mu is held.
+func (t *totals) take() []any {
+	if len(t.counts) == 0 && len(t.counters) == 0 {
+		return nil
+	}
+	t.seq++
+	args := []any{t.id, t.seq}
+	for f, n := range t.counts {
+		args = append(args, "t", f, n)
+	}
+	for f, n := range t.counters {
+		args = append(args, "c", f, n)
+	}
+	t.counts, t.counters = make(map[string]int64, len(t.counts)), map[string]int64{}
+	return args
+}
+
+// KEYS: 1 the totals, 2 the flushes written (hash: process → its last
+// flush's number), 3 the namespace counters. ARGV: 1 the process, 2 the
+// flush's number, then "t" (a totals field) or "c" (a counter) and its
+// increment, …. A flush this process wrote already adds nothing; a later
+// one adds its own and the unwritten ones merged into it.
+var flushScript = redis.NewScript(`
+if tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') >= tonumber(ARGV[2]) then return 0 end
+for i = 3, #ARGV, 3 do
+  local key = KEYS[1]
+  if ARGV[i] == 'c' then key = KEYS[3] end
+  redis.call('HINCRBY', key, ARGV[i + 1], ARGV[i + 2])
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[2], 3600)
+return 1`)
 
 // KEYS[1]: the cooling set. ARGV: subscriber, cooldown end (Unix ms, Redis'
 // clock), … Drops the cooldowns that have ended, then adds the ones given
@@ -167,19 +213,6 @@ for i = 1, #ARGV, 2 do
   if tonumber(ARGV[i + 1]) > now then redis.call('ZADD', KEYS[1], 'GT', ARGV[i + 1], ARGV[i]) end
 end
 return 0`)
-
-// snapshot returns the sums not yet written (for tests).
-func (t *totals) snapshot() map[string]int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return maps.Clone(t.counts)
-}
-
-// increment is one counter increment of a run's subscriber (tasks.Keys.Stats).
-type increment struct {
-	key, field string
-	n          int64
-}
 
 // ReadTotals returns the namespace's aggregate counters (tasks.Keys.Totals),
 // with the fields of ReadStats summed over every subscriber, plus

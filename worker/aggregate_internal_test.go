@@ -2,60 +2,93 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/tasks"
 )
 
-// A flush costs one HINCRBY per field that changed and one ZADD, however
-// many runs were summed; a flush that fails keeps its sums for the next.
-func TestTotalsFlushCostsFieldsNotRuns(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	port, err := deploy.FreePort()
+// loseReply runs a pipeline of scripts and then answers an error, as when
+// the reply of a pipeline Redis did run is lost, while on.
+type loseReply struct{ on atomic.Bool }
+
+func (h *loseReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *loseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *loseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.on.Load() && strings.HasPrefix(cmds[0].Name(), "eval") { // not a connection's hello
+			return errors.New("connection reset (reply lost)")
+		}
+		return err
+	}
+}
+
+func startRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	r, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { gone.Close() })
+	t.Cleanup(r.Stop)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A flush costs one script for the counts, however many runs were summed,
+// and one for the cooldowns; a flush whose reply was lost is sent again as
+// it was and adds once, and what was summed meanwhile is added by the next
+// flush, once.
+func TestTotalsFlushIsAddedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb := startRedis(t)
+	lose := &loseReply{}
+	rdb.AddHook(lose)
 	keys := tasks.Keys("totals")
-	tot := newTotals(gone, keys, quiet, &Stats{})
+	tot := newTotals(rdb, keys, slog.New(slog.NewTextHandler(io.Discard, nil)), &Stats{})
 	soon := time.Now().Add(time.Hour).UnixMilli()
 	for i := range 10_000 {
-		tot.addAll([]increment{{"s", "delivered", 1}, {"s", "http:200", 1}, {"s", "e2e_sum_ms", 3}})
+		tot.add("delivered", 1)
+		tot.add("http:200", 1)
+		tot.add("e2e_sum_ms", 3)
 		tot.cooling(fmt.Sprintf("s%d", i%50), time.UnixMilli(soon+int64(i)))
 	}
+	tot.count(DroppedDeleted, 2)
 	tot.cooling("ended", time.Now().Add(-time.Second)) // not listed: over
-	tot.flush(ctx)                                     // Redis unreachable
-	if tot.stats.RecordErrors.Load() != 1 {
-		t.Fatal("a failed flush was not counted")
-	}
-	if got := tot.snapshot(); got["delivered"] != 10_000 || got["e2e_sum_ms"] != 30_000 {
-		t.Fatalf("sums after a failed flush: %v", got)
-	}
 
-	r := ownRedis(t, deploy.RedisOpts{})
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rdb.Close() })
-	tot.rdb = rdb
-	before := commandCalls(t, rdb)
-	tot.flush(ctx)
-	after := commandCalls(t, rdb)
-	if n := after["hincrby"] - before["hincrby"]; n != 3 {
-		t.Errorf("flush sent %d HINCRBY for 3 fields of 10,000 runs", n)
+	lose.on.Store(true)
+	tot.flush(ctx) // written, but the worker does not know
+	lose.on.Store(false)
+	if tot.stats.CommitErrors.Load() != 1 {
+		t.Fatal("a flush without its reply was not counted as an error")
 	}
-	if n := after["evalsha"] + after["eval"] - before["evalsha"] - before["eval"]; n != 1 {
-		t.Errorf("flush ran %d scripts for 51 cooldowns, want 1", n)
+	tot.add("delivered", 5)
+	before := testkit.CommandCalls(t, rdb)
+	tot.flush(ctx) // the lost one again, then the 5
+	after := testkit.CommandCalls(t, rdb)
+	if n := after["hincrby"] - before["hincrby"]; n != 1 {
+		t.Errorf("the retry and the next flush sent %d HINCRBY; want 1 (the retry adds nothing)", n)
 	}
 	got, err := readCounts(ctx, rdb, keys.Totals())
-	if err != nil || got["delivered"] != 10_000 || got["http:200"] != 10_000 || got["e2e_sum_ms"] != 30_000 {
-		t.Fatalf("totals %v (%v)", got, err)
+	if err != nil || got["delivered"] != 10_005 || got["http:200"] != 10_000 || got["e2e_sum_ms"] != 30_000 {
+		t.Fatalf("totals %v (%v); want delivered 10005, http:200 10000, e2e_sum_ms 30000", got, err)
+	}
+	if c, err := readCounts(ctx, rdb, keys.Counters()); err != nil || c[DroppedDeleted] != 2 {
+		t.Fatalf("counters %v (%v); want dropped:deleted 2", c, err)
 	}
 	zs, err := rdb.ZRangeWithScores(ctx, keys.Cooling(), 0, -1).Result()
 	if err != nil || len(zs) != 50 {
@@ -66,32 +99,8 @@ func TestTotalsFlushCostsFieldsNotRuns(t *testing.T) {
 			t.Fatalf("s0 cools until %v, want its latest cooldown (%d)", z.Score, soon+9_950)
 		}
 	}
-	if len(tot.snapshot()) != 0 {
-		t.Fatal("sums kept after a flush that went through")
-	}
 	tot.flush(ctx) // nothing new: no command
-	if n := commandCalls(t, rdb)["hincrby"] - after["hincrby"]; n != 0 {
-		t.Fatalf("an empty flush sent %d HINCRBY", n)
+	if n := testkit.CommandCalls(t, rdb)["evalsha"] + testkit.CommandCalls(t, rdb)["eval"] - after["evalsha"] - after["eval"]; n != 0 {
+		t.Fatalf("an empty flush ran %d scripts", n)
 	}
-}
-
-// commandCalls reads INFO commandstats: command → calls.
-func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for line := range strings.SplitSeq(info, "\r\n") {
-		name, rest, ok := strings.Cut(line, ":")
-		cmd, found := strings.CutPrefix(name, "cmdstat_")
-		if !ok || !found {
-			continue
-		}
-		var calls int64
-		fmt.Sscanf(rest, "calls=%d", &calls)
-		out[cmd] = calls
-	}
-	return out
 }

@@ -204,7 +204,7 @@ var breakerPolicy = limits.BreakerPolicy{}.WithDefaults()
 func TestBreakerAcrossProcessesOneProbeAtATime(t *testing.T) {
 	// Not parallel: a timing check.
 	const n, hold = 50, 1200 * time.Millisecond
-	const outage = 10 * time.Second // after the breaker opened
+	const outage = 6 * time.Second // after the breaker opened: three probes or so
 	// A request admitted just before the breaker opened reaches the
 	// endpoint a few ms later (100ms: two loaded cores); the first probe
 	// comes a whole gap (1s) later.
@@ -338,15 +338,17 @@ func failuresAfter(log string, from, to time.Time) int {
 // probe hangs at the endpoint when the worker sending it is killed (kill
 // -9), before the probe's request timeout. The probe role the dead process
 // held (b_probe) lasts its in-flight slot's ttl, RequestTimeout + MaxWait +
-// 5s = 16s here: until then no other request may go out, and soon after,
+// 5s = 8s here: until then no other request may go out, and soon after,
 // a second worker process (the endpoint healthy again) probes, closes the
 // breaker and delivers the held events. The killed probe's own event comes
-// back with asynq's lease (about a minute, as TestKill9 measures). Nothing
+// back with asynq's lease recovery (about a minute, as TestKill9 measures
+// with HOOKLANE_TEST_REAL_RECOVERY; here the lease is moved back and a
+// third worker's recoverer, which looks at start, gives it back). Nothing
 // is dead-lettered.
 func TestKilledProbeLeavesTheBreakerRecoverable(t *testing.T) {
 	// Not parallel: it kills a process at a chosen moment.
 	const n = 30
-	const requestTimeout, maxWait = 10 * time.Second, time.Second // crashEnv's, the default
+	const requestTimeout, maxWait = 2 * time.Second, time.Second // the default MaxWait
 	const ttl = requestTimeout + maxWait + 5*time.Second
 	e := newOutage(t, modeReset, 0)
 	b := newCrashBundle(t, testkit.Namespace("brk-kill-"), tasks.Subscriber{ID: "s", URL: e.URL, Limit: fast, MaxInFlight: 10})
@@ -438,8 +440,11 @@ func TestKilledProbeLeavesTheBreakerRecoverable(t *testing.T) {
 	}
 	rest := time.Since(killed)
 	// asynq gives the killed worker's task back once its lease (30s) has
-	// been expired 30s, at its recoverer's next look (once a minute).
-	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, e.Sink, time.Until(killed.Add(90*time.Second)))
+	// been expired 30s, at its recoverer's next look (once a minute): the
+	// lease moved back, a worker that starts looks at once.
+	expireLeases(t, b.rdb, b.ns, "s")
+	startProc(t, redisURL(), b.ns, env)
+	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, e.Sink, 30*time.Second)
 	var again time.Duration
 	for _, a := range e.Got() {
 		if a.ID == probe.id && a.Accepted {
@@ -498,7 +503,7 @@ func quantile(d []time.Duration, q float64) time.Duration {
 // events are queued and its breaker open first. It returns each healthy
 // event's publish-to-arrival latency.
 func healthyLatency(t *testing.T, backlog bool) []time.Duration {
-	const subs, each, every = 5, 200, 5 * time.Millisecond // 200/s
+	const subs, each, every = 5, 100, 5 * time.Millisecond // 200/s
 	const downEvents = 500
 	var sinks []*testkit.Sink
 	var all []tasks.Subscriber

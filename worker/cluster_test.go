@@ -43,6 +43,7 @@ type clusterSuite struct {
 var spreadIDs = []string{"crm", "delta", "acme", "fox", "echo", "hotel"}
 
 func TestClusterDeliverySuite(t *testing.T) {
+	testkit.Heavy(t, "a Redis Cluster")
 	// Not parallel: a heavy test with a cluster of its own, and the limit
 	// case measures arrival times.
 	c, err := deploy.StartCluster(context.Background(), deploy.ClusterOpts{})
@@ -78,7 +79,7 @@ func (s *clusterSuite) on(t *testing.T, cfg worker.Config) *bundle {
 // master names the master that serves key, as the cluster says.
 func (s *clusterSuite) master(t *testing.T, key string) string {
 	t.Helper()
-	m, err := s.c.MasterForKey(context.Background(), key)
+	m, err := testkit.MasterForKey(context.Background(), s.c, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func (s *clusterSuite) limit(t *testing.T) {
 	if len(a) != n {
 		t.Fatalf("%d deliveries, want %d", len(a), n)
 	}
-	withinLimit(t, a, rate, burst, 20*time.Millisecond)
+	withinLimit(t, a, rate, burst, 50*time.Millisecond) // the load harness's slack under -race
 	steady := float64(n-burst-1) / a[n-1].At.Sub(a[burst].At).Seconds()
 	if steady < rate*0.95 || steady > rate*1.05 {
 		t.Fatalf("steady rate %.2f/s, want within 5%% of %d/s", steady, rate)

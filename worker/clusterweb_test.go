@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -10,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hibiken/asynq"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/producer"
@@ -140,10 +139,10 @@ func (s *clusterSuite) webAPI(t *testing.T) {
 	if code, body := w.call("POST", "/v1/events", `{"id":"evt_held","type":"t","data":1,"subscriber_id":"echo"}`); code != http.StatusAccepted {
 		t.Fatalf("POST /v1/events to the paused subscriber: %d %s", code, body)
 	}
-	// Held for the pause recheck (30s), far beyond this test's waits.
+	// Held in the subscriber's schedule until it is resumed.
 	testkit.Eventually(t, 10*time.Second, "the event held", func() bool {
-		info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("echo", "evt_held"))
-		return err == nil && (info.State == asynq.TaskStateRetry || info.State == asynq.TaskStateScheduled)
+		d, err := b.p.GetDelivery(context.Background(), "echo", "evt_held")
+		return err == nil && d.State == tasks.StateHeld
 	})
 	if n := sink.Count(); n != 1 {
 		t.Fatalf("%d requests: the paused subscriber's event went out", n)

@@ -65,11 +65,10 @@ type Config struct {
 	// shape the exponential backoff with full jitter after a counted
 	// failure. Defaults 2s and 10m.
 	BackoffBase, BackoffMax time.Duration
-	// PauseRecheck (HOOKLANE_PAUSE_RECHECK) is how often a paused
-	// subscriber's held events look again. Default 30s.
-	PauseRecheck time.Duration
-	// PollInterval (HOOKLANE_POLL_INTERVAL) is asynq's TaskCheckInterval:
-	// the idle wait between dequeues of an empty queue. Default 100ms.
+	// PollInterval (HOOKLANE_POLL_INTERVAL) is asynq's TaskCheckInterval
+	// (the idle wait between dequeues of an empty queue) and how often an
+	// idle dispatcher looks at its region's ready index for turns other
+	// processes asked for. Default 100ms.
 	PollInterval time.Duration
 	// ForwardInterval (HOOKLANE_FORWARD_INTERVAL) is asynq's
 	// DelayedTaskCheckInterval: how often due retries and scheduled tasks
@@ -125,6 +124,12 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// goneVars are settings of releases before that no longer mean anything:
+// a worker started with one is refused, so that nobody believes it works.
+var goneVars = []struct{ name, why string }{
+	{"HOOKLANE_PAUSE_RECHECK", "a paused subscriber's events are held until it is resumed, never looked at again meanwhile"},
+}
+
 // NoResponseBody as Config.ResponseBody keeps no response body.
 const NoResponseBody = -1
 
@@ -146,7 +151,6 @@ func (c Config) WithDefaults() Config {
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, time.Hour)
 	c.BackoffBase = cmp.Or(c.BackoffBase, 2*time.Second)
 	c.BackoffMax = cmp.Or(c.BackoffMax, 10*time.Minute)
-	c.PauseRecheck = cmp.Or(c.PauseRecheck, 30*time.Second)
 	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
 	c.ForwardInterval = cmp.Or(c.ForwardInterval, 250*time.Millisecond)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
@@ -189,7 +193,6 @@ func (c Config) validate() error {
 	positive("RequestTimeout (HOOKLANE_REQUEST_TIMEOUT)", c.RequestTimeout)
 	positive("BackoffBase (HOOKLANE_BACKOFF_BASE)", c.BackoffBase)
 	positive("BackoffMax (HOOKLANE_BACKOFF_MAX)", c.BackoffMax)
-	positive("PauseRecheck (HOOKLANE_PAUSE_RECHECK)", c.PauseRecheck)
 	positive("PollInterval (HOOKLANE_POLL_INTERVAL)", c.PollInterval)
 	positive("ForwardInterval (HOOKLANE_FORWARD_INTERVAL)", c.ForwardInterval)
 	positive("ShutdownTimeout (HOOKLANE_SHUTDOWN_TIMEOUT)", c.ShutdownTimeout)
@@ -276,7 +279,11 @@ func FromEnv() (Config, error) {
 	durVar("HOOKLANE_MAX_RETRY_AFTER", &c.MaxRetryAfter, 0, false)
 	durVar("HOOKLANE_BACKOFF_BASE", &c.BackoffBase, 0, false)
 	durVar("HOOKLANE_BACKOFF_MAX", &c.BackoffMax, 0, false)
-	durVar("HOOKLANE_PAUSE_RECHECK", &c.PauseRecheck, 0, false)
+	for _, g := range goneVars {
+		if os.Getenv(g.name) != "" {
+			errs = append(errs, fmt.Errorf("%s is gone: %s; unset it", g.name, g.why))
+		}
+	}
 	durVar("HOOKLANE_POLL_INTERVAL", &c.PollInterval, 0, false)
 	durVar("HOOKLANE_FORWARD_INTERVAL", &c.ForwardInterval, 0, false)
 	durVar("HOOKLANE_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout, 0, false)

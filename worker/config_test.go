@@ -83,7 +83,7 @@ func TestMaxWaitZeroWaitsNothing(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, "three deliveries", func() bool { return s.Count() == 3 })
 	testkit.Eventually(t, 5*time.Second, "the counters", func() bool { return b.counter(t, "s", "delivered") == 3 })
-	if n := b.counter(t, "s", "deferred:"+worker.GateRateLimit); n < 1 {
+	if n := b.counter(t, "s", "deferred:"+tasks.StateScheduled); n < 1 {
 		t.Fatalf("%d rate-limit deferrals with MAX_WAIT=0; the 2nd and 3rd requests must not wait in the handler", n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,41 +66,59 @@ func (b *crashBundle) publishN(t testing.TB, prefix string, n int) []string {
 var fast = limits.Limit{Rate: 1000, Burst: 200, Period: time.Second}
 
 // TestKill9 runs the SIGKILL scenarios. asynq gives a killed worker's tasks
-// back only after their lease (30s) has been expired for another 30s, and
-// its recoverer looks once a minute, so each scenario takes about a minute
-// to recover. To pay that minute once, every scenario is crashed first
-// (crash subtests: drive a worker to the kill point, kill it, start a new
-// one) and only then are the outcomes checked (recover subtests), while all
-// the new workers recover at the same time.
+// back only once their lease (30s) has been expired for another 30s, and a
+// run's in-flight slot holds the delivery for the request timeout and more:
+// each scenario moves both back (expireLeases) instead of waiting, and its
+// new worker's recoverer, which looks as it starts, takes the tasks back at
+// once. HOOKLANE_TEST_REAL_RECOVERY=1 waits for the real thing instead in
+// the held-requests scenario (about a minute), and reports it.
 func TestKill9(t *testing.T) {
-	// Not parallel: a heavy test runs alone, not beside the timing tests (they run after every sequential test).
-	scenarios := []struct {
+	// Not parallel: real processes run alone, not beside timing tests.
+	for _, s := range []struct {
 		name  string
-		crash func(t *testing.T) (check func(t *testing.T))
+		crash func(t *testing.T)
 	}{
 		{"held-requests", crashWhileHeld},
-		{"429-before-cooldown", func(t *testing.T) func(*testing.T) { return crashAround429(t, beforeCooldown) }},
-		{"429-before-reschedule", func(t *testing.T) func(*testing.T) { return crashAround429(t, beforeReschedule) }},
-		{"429-after-reschedule", func(t *testing.T) func(*testing.T) { return crashAround429(t, afterReschedule) }},
+		{"429-before-cooldown", func(t *testing.T) { crashAround429(t, beforeCooldown) }},
+		{"429-before-commit", func(t *testing.T) { crashAround429(t, beforeCommit) }},
+		{"429-after-commit", func(t *testing.T) { crashAround429(t, afterCommit) }},
 		{"last-attempt", crashOnLastAttempt},
-		{"stale-ledger", crashBeforeArchive},
+		{"dead-before-archive", crashBeforeArchive},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel() // with each other only: TestKill9 itself runs alone
+			s.crash(t)
+		})
 	}
-	// The crash phase runs on the parent t: what it starts (the new
-	// workers, the receivers) must outlive its subtest.
-	checks := make([]func(*testing.T), len(scenarios))
-	for i, s := range scenarios {
-		t.Logf("%s: crashing", s.name)
-		checks[i] = s.crash(t)
+}
+
+// expireLeases makes namespace ns's killed worker's work recoverable at
+// once: asynq's leases of its active tasks expired a minute ago (its
+// recoverer takes tasks whose lease expired over 30s ago), and subscriber
+// sub's in-flight slots lapsed (a run that finds the delivery owned waits
+// for its owner's slot to lapse).
+func expireLeases(t testing.TB, rdb redis.UniversalClient, ns, sub string) {
+	t.Helper()
+	ctx := context.Background()
+	past := float64(time.Now().Add(-time.Minute).Unix())
+	keys := tasks.Keys(ns)
+	for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
+		lease := "asynq:{" + keys.DeliveryQueue("", sub, lane, 1) + "}:lease"
+		for _, m := range rdb.ZRange(ctx, lease, 0, -1).Val() {
+			rdb.ZAddXX(ctx, lease, redis.Z{Score: past, Member: m})
+		}
 	}
-	for i, s := range scenarios {
-		t.Run(s.name, checks[i])
+	slots := keys.Gates(sub).InFlight
+	for _, m := range rdb.ZRange(ctx, slots, 0, -1).Val() {
+		rdb.ZAddXX(ctx, slots, redis.Z{Score: 1, Member: m})
 	}
 }
 
 // crashWhileHeld kills the worker while the receiver holds ten requests
 // open, having already acted on them: at-least-once means all ten are
 // delivered again, so the receiver sees each twice.
-func crashWhileHeld(t *testing.T) func(*testing.T) {
+func crashWhileHeld(t *testing.T) {
+	real := os.Getenv("HOOKLANE_TEST_REAL_RECOVERY") != ""
 	var holding atomic.Bool
 	holding.Store(true)
 	rc := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, _ string) bool {
@@ -119,35 +138,31 @@ func crashWhileHeld(t *testing.T) func(*testing.T) {
 	for _, h := range rc.Got() {
 		held[h.ID] = true
 	}
+	if !real {
+		expireLeases(t, b.rdb, b.ns, "s")
+	}
 	startProc(t, redisURL(), b.ns)
-
-	return func(t *testing.T) {
-		c := settle(t, b.insp, b.rdb, b.ns, "s", ids, rc, 150*time.Second)
-		recovered, others := time.Duration(-1), time.Duration(0)
-		for _, h := range rc.Got() {
-			switch {
-			case !h.At.After(killed):
-			case held[h.ID] && recovered < 0:
-				recovered = h.At.Sub(killed)
-			case !held[h.ID]:
-				others = max(others, h.At.Sub(killed))
-			}
+	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, rc, 150*time.Second)
+	recovered := time.Duration(-1)
+	for _, h := range rc.Got() {
+		if h.At.After(killed) && held[h.ID] && recovered < 0 {
+			recovered = h.At.Sub(killed)
 		}
-		t.Logf("%s; %d held at the kill; first redelivery of a held event %.1fs after kill -9; "+
-			"the other events delivered by %.1fs after it", c, len(held), recovered.Seconds(), others.Seconds())
-		if len(c.lost) > 0 || c.delivered != n {
-			t.Errorf("lost %v; delivered %d of %d", c.lost, c.delivered, n)
-		}
-		// Each held event was acted on once before the kill and once after:
-		// never more, and no other event twice.
-		if c.duplicates != len(held) {
-			t.Errorf("%d duplicates, want exactly the %d held events", c.duplicates, len(held))
-		}
-		// The new worker's recoverer looks at its start and a minute later;
-		// by then the held tasks' 30s lease has been expired for 30s.
-		if recovered < 50*time.Second || recovered > 70*time.Second {
-			t.Errorf("held events redelivered %v after the kill; asynq's lease promises about 60s", recovered)
-		}
+	}
+	t.Logf("%s; %d held at the kill; first redelivery of a held event %.1fs after kill -9 (leases expired by hand: %v)",
+		c, len(held), recovered.Seconds(), !real)
+	if len(c.lost) > 0 || c.delivered != n {
+		t.Errorf("lost %v; delivered %d of %d", c.lost, c.delivered, n)
+	}
+	// Each held event was acted on once before the kill and once after:
+	// never more, and no other event twice.
+	if c.duplicates != len(held) {
+		t.Errorf("%d duplicates, want exactly the %d held events", c.duplicates, len(held))
+	}
+	// The new worker's recoverer looks at its start and a minute later;
+	// by then the held tasks' 30s lease has been expired for 30s.
+	if real && (recovered < 50*time.Second || recovered > 70*time.Second) {
+		t.Errorf("held events redelivered %v after the kill; asynq's lease promises about 60s", recovered)
 	}
 }
 
@@ -158,21 +173,21 @@ const (
 	// The 429 has reached the worker, which is about to record the
 	// destination's cooldown: nothing durable says to wait.
 	beforeCooldown killPoint = iota
-	// The cooldown is in Redis; asynq has not yet moved the task from
-	// active to retry at the deadline.
-	beforeReschedule
-	// The task is in asynq's retry set, due at the deadline.
-	afterReschedule
+	// The cooldown is in Redis; the run is about to commit its outcome
+	// (the delivery parked until the deadline).
+	beforeCommit
+	// The outcome is committed; asynq has not let the task go.
+	afterCommit
 )
 
 // crashAround429 throttles the first of three events to one subscriber
-// with "Retry-After: 70" and kills the worker at point. The endpoint is
+// with "Retry-After: 6" and kills the worker at point. The endpoint is
 // strict: before its deadline it answers 429 again with the time left, so
-// an early request is seen, counted, and does no harm. 70s is longer than
-// asynq takes to give a killed worker's task back (about 61s), so a
-// recovered task that forgot the deadline would arrive early.
-func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
-	const retryAfter = 70 * time.Second
+// an early request is seen, counted, and does no harm. A recovered run
+// (its lease expired by hand: a second or two) that forgot the deadline
+// would send before it.
+func crashAround429(t *testing.T, point killPoint) {
+	const retryAfter = 6 * time.Second
 	ns := testkit.Namespace(fmt.Sprintf("kill-429-%d-", point))
 	var (
 		mu       sync.Mutex
@@ -198,19 +213,13 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 		return true
 	})
 	b := newCrashBundle(t, ns, tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 1})
-	coolKey := tasks.Keys(ns).Gates("s").Cooldown
+	keys := tasks.Keys(ns)
+	k := keys.Gates("s")
 	// A burst this small goes to the fresh lane's one queue.
-	q := "asynq:{" + tasks.Keys(ns).DeliveryQueue("", "s", tasks.LaneFresh, 1) + "}:"
-
-	var w *proc
-	var proxy *faultProxy
+	q := "asynq:{" + keys.DeliveryQueue("", "s", tasks.LaneFresh, 1) + "}:"
+	proxy := newFaultProxy(t, redisSrv.Addr)
+	w := startProc(t, proxy.URL(), ns)
 	var killed atomic.Pointer[time.Time]
-	url := redisURL()
-	if point != afterReschedule {
-		proxy = newFaultProxy(t, redisSrv.Addr)
-		url = proxy.URL()
-	}
-	w = startProc(t, url, ns)
 	trip := func() {
 		now := time.Now()
 		killed.Store(&now)
@@ -220,82 +229,62 @@ func crashAround429(t *testing.T, point killPoint) func(*testing.T) {
 		id := <-firstCh
 		switch point {
 		case beforeCooldown: // the cooldown script: one key, the cooldown key
-			proxy.arm(append([]byte("$1\r\n1\r\n"), respKeys(coolKey)...), trip)
-		case beforeReschedule: // asynq's retry script on this task
-			proxy.arm(respKeys(q+"t:"+tasks.TaskID("s", id), q+"active", q+"lease", q+"retry"), trip)
+			proxy.arm(append([]byte("$1\r\n1\r\n"), respKeys(k.Cooldown)...), trip)
+		case beforeCommit: // the commit of its outcome: its record, counters and ledger keys
+			proxy.arm(respKeys(keys.Delivery("s", id), k.Stats, k.Dead+id), trip)
+		case afterCommit: // asynq's done: the task let go
+			proxy.arm(respKeys(q+"active", q+"lease", q+"t:"+tasks.TaskID("s", id)), trip)
 		}
 		close(armed)
 	}()
 	ids := b.publishN(t, "e", 3)
-
-	switch point {
-	case afterReschedule:
-		testkit.Eventually(t, 10*time.Second, "throttled task in retry", func() bool {
-			mu.Lock()
-			id := first
-			mu.Unlock()
-			info, err := testkit.Task(b.insp, ns, tasks.TaskID("s", id))
-			return id != "" && err == nil && info.State == asynq.TaskStateRetry
-		})
-		at := w.kill()
-		killed.Store(&at)
-	default:
-		testkit.Eventually(t, 10*time.Second, "the proxy to kill the worker", proxy.hasTripped)
-		if !w.wait(5 * time.Second) {
-			t.Fatal("worker still running after SIGKILL")
-		}
+	testkit.Eventually(t, 10*time.Second, "the proxy to kill the worker", proxy.hasTripped)
+	if !w.wait(5 * time.Second) {
+		t.Fatal("worker still running after SIGKILL")
 	}
 	killedAt := *killed.Load()
-	cooled, err := b.rdb.Exists(context.Background(), coolKey).Result()
+	cooled, err := b.rdb.Exists(context.Background(), k.Cooldown).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := int64(1)
-	if point == beforeCooldown {
-		want = 0
-	}
-	if cooled != want {
+	if want := map[killPoint]int64{beforeCooldown: 0, beforeCommit: 1, afterCommit: 1}[point]; cooled != want {
 		t.Fatalf("cooldown key exists=%d at the kill, want %d: the kill point was missed", cooled, want)
 	}
+	expireLeases(t, b.rdb, ns, "s")
 	startProc(t, redisURL(), ns)
 
-	return func(t *testing.T) {
-		c := settle(t, b.insp, b.rdb, ns, "s", ids, rc, 150*time.Second)
-		mu.Lock()
-		dl, firstID := deadline, first
-		mu.Unlock()
-		var early []string
-		var again time.Duration
-		for i, h := range rc.Got() {
-			if i > 0 && h.At.Before(dl) {
-				early = append(early, fmt.Sprintf("%s at kill+%.1fs (%.1fs early)", h.ID, h.At.Sub(killedAt).Seconds(), dl.Sub(h.At).Seconds()))
-			}
-			if i > 0 && h.ID == firstID && again == 0 {
-				again = h.At.Sub(killedAt)
-			}
+	c := settle(t, b.insp, b.rdb, ns, "s", ids, rc, 30*time.Second)
+	mu.Lock()
+	dl, firstID := deadline, first
+	mu.Unlock()
+	var early []string
+	var again time.Duration
+	for i, h := range rc.Got() {
+		if i > 0 && h.At.Before(dl) {
+			early = append(early, fmt.Sprintf("%s at kill+%.1fs (%.1fs early)", h.ID, h.At.Sub(killedAt).Seconds(), dl.Sub(h.At).Seconds()))
 		}
-		d, err := b.p.GetDelivery(context.Background(), "s", firstID)
-		if err != nil || len(d.Attempts) == 0 {
-			t.Fatalf("the throttled event's record: %+v, %v", d, err)
+		if i > 0 && h.ID == firstID && again == 0 {
+			again = h.At.Sub(killedAt)
 		}
-		t.Logf("%s; throttled event sent again at kill+%.1fs (deadline kill+%.1fs), attempts spent %d; early requests %d %v",
-			c, again.Seconds(), dl.Sub(killedAt).Seconds(), d.Attempts[len(d.Attempts)-1].AttemptsSpent, len(early), early)
-		if len(c.lost) > 0 || c.delivered != len(ids) || c.duplicates != 0 {
-			t.Errorf("lost %v, delivered %d of %d, %d duplicates", c.lost, c.delivered, len(ids), c.duplicates)
-		}
-		// Once the deadline is durable, nothing goes to the endpoint before
-		// it: not the throttled event, not the others queued behind it.
-		// Killed before it was recorded, hooklane cannot know it; the
-		// endpoint's repeated 429 then sets it (see the report in README).
-		if point != beforeCooldown && len(early) > 0 {
-			t.Errorf("requests before the Retry-After deadline: %v", early)
-		}
-		// Killed before it was recorded, the deadline is lost: the event is
-		// sent again once, early, and the endpoint's new 429 (the time left)
-		// is recorded and obeyed: nothing else goes before the deadline.
-		if point == beforeCooldown && len(early) != 1 {
-			t.Errorf("%d requests before the deadline after the kill, want exactly 1 (then the new 429 is obeyed): %v", len(early), early)
-		}
+	}
+	d, err := b.p.GetDelivery(context.Background(), "s", firstID)
+	if err != nil || len(d.Attempts) == 0 {
+		t.Fatalf("the throttled event's record: %+v, %v", d, err)
+	}
+	t.Logf("%s; throttled event sent again at kill+%.1fs (deadline kill+%.1fs), attempts spent %d; early requests %d %v",
+		c, again.Seconds(), dl.Sub(killedAt).Seconds(), d.AttemptsSpent, len(early), early)
+	if len(c.lost) > 0 || c.delivered != len(ids) || c.duplicates != 0 {
+		t.Errorf("lost %v, delivered %d of %d, %d duplicates", c.lost, c.delivered, len(ids), c.duplicates)
+	}
+	// Once the deadline is durable, nothing goes to the endpoint before
+	// it: not the throttled event, not the others queued behind it.
+	// Killed before it was recorded, hooklane cannot know it; the
+	// endpoint's repeated 429 then sets it (see the report in README).
+	if point != beforeCooldown && len(early) > 0 {
+		t.Errorf("requests before the Retry-After deadline: %v", early)
+	}
+	if point == beforeCooldown && len(early) != 1 {
+		t.Errorf("%d requests before the deadline after the kill, want exactly 1 (then the new 429 is obeyed): %v", len(early), early)
 	}
 }
 

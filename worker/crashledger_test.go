@@ -1,7 +1,7 @@
 package worker_test
 
-// Kill -9 scenarios around the dead-letter ledger (run by TestKill9, which
-// pays asynq's lease recovery once for all of them).
+// Kill -9 and SIGTERM scenarios around the last attempt and the dead
+// letter (TestKill9 runs the kills).
 
 import (
 	"context"
@@ -19,10 +19,10 @@ import (
 )
 
 // crashOnLastAttempt kills the worker while its request for the event's
-// last attempt is held open. asynq counts the lost lease as an attempt, so
-// the budget is spent: the event must become a dead letter with a ledger
-// entry, not be archived by asynq on its own (nor sent a third time).
-func crashOnLastAttempt(t *testing.T) func(*testing.T) {
+// last attempt is held open. A request lost with its worker counts (it may
+// have reached the endpoint): the budget is spent, so the recovered run
+// dead-letters the event, with a ledger entry, without a third request.
+func crashOnLastAttempt(t *testing.T) {
 	var requests atomic.Int64
 	rc := testkit.NewReceiver(t, func(w http.ResponseWriter, r *http.Request, _ string) bool {
 		switch requests.Add(1) {
@@ -31,8 +31,6 @@ func crashOnLastAttempt(t *testing.T) func(*testing.T) {
 		case 2:
 			<-r.Context().Done() // attempt 2: held until the worker is killed
 		default:
-			// Whatever comes later is refused with a 429: a task asynq
-			// archived on its own after a deferral would escape the ledger.
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
@@ -43,37 +41,36 @@ func crashOnLastAttempt(t *testing.T) func(*testing.T) {
 	b.publishN(t, "e", 1)
 	testkit.Eventually(t, 10*time.Second, "the last attempt's request held", func() bool { return requests.Load() == 2 })
 	w.kill()
+	expireLeases(t, b.rdb, b.ns, "s")
 	startProc(t, redisURL(), b.ns)
-	return func(t *testing.T) {
-		var dl []tasks.DeadLetter
-		ok := testkit.PollEvery(150*time.Second, 200*time.Millisecond, func() bool {
-			var err error
-			dl, _, err = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{Subscriber: "s"})
-			return err == nil && len(dl) == 1
-		})
-		info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e000"))
-		if err != nil {
-			t.Fatalf("the task: %v", err)
-		}
-		if !ok || info.State != asynq.TaskStateArchived {
-			t.Fatalf("after the lost last attempt: ledger %+v, task %s (%s); want a dead letter in the ledger and the task archived",
-				dl, info.State, info.LastErr)
-		}
-		if dl[0].Reason != "attempts" || len(dl[0].Attempts) != 1 {
-			t.Errorf("ledger entry %+v; want reason attempts, with the one answered attempt", dl[0])
-		}
-		if n := requests.Load(); n != 2 {
-			t.Errorf("%d requests; want 2: no attempt was left after the lost one", n)
-		}
+	var dl []tasks.DeadLetter
+	ok := testkit.PollEvery(30*time.Second, 100*time.Millisecond, func() bool {
+		var err error
+		dl, _, err = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{Subscriber: "s"})
+		return err == nil && len(dl) == 1
+	})
+	info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e000"))
+	if err != nil {
+		t.Fatalf("the task: %v", err)
+	}
+	if !ok || info.State != asynq.TaskStateArchived {
+		t.Fatalf("after the lost last attempt: ledger %+v, task %s (%s); want a dead letter in the ledger and the task archived",
+			dl, info.State, info.LastErr)
+	}
+	// The answered attempt and the lost one, both in the entry.
+	if dl[0].Reason != "attempts" || len(dl[0].Attempts) != 2 || dl[0].Attempts[0].Status != 500 {
+		t.Errorf("ledger entry %+v; want reason attempts, with the answered attempt and the lost one", dl[0])
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d requests; want 2: no attempt was left after the lost one", n)
 	}
 }
 
-// crashBeforeArchive kills the worker after it wrote a dead letter (the
-// endpoint answered 410) and before asynq archived the task. The task is
-// then retried by lease recovery and delivered: the ledger entry was
-// stale. A replay meanwhile must not send it again, the delivery must
-// clear the entry, and a replay after it must do nothing.
-func crashBeforeArchive(t *testing.T) func(*testing.T) {
+// crashBeforeArchive kills the worker after it committed a dead letter (the
+// endpoint answered 410) and before asynq archived the task. The task comes
+// back by lease recovery: its run finds the delivery dead and archives
+// it, sending nothing; a replay then sends it once.
+func crashBeforeArchive(t *testing.T) {
 	var gone atomic.Bool
 	gone.Store(true)
 	rc := testkit.NewReceiver(t, func(w http.ResponseWriter, _ *http.Request, _ string) bool {
@@ -97,42 +94,71 @@ func crashBeforeArchive(t *testing.T) func(*testing.T) {
 	}
 	ctx := context.Background()
 	if dl, _, err := b.p.DeadLetters(ctx, producer.DeadLetterQuery{IDs: []string{id}}); err != nil || len(dl) != 1 {
-		t.Fatalf("ledger at the kill: %+v, %v; want the entry written before the archive", dl, err)
+		t.Fatalf("ledger at the kill: %+v, %v; want the entry, committed with the dead state", dl, err)
 	}
-	// The endpoint is back and the operator resumes the subscriber the 410
-	// paused; the task itself is active, its lease not yet recovered.
 	gone.Store(false)
-	if err := b.p.SetPaused(ctx, "s", false); err != nil {
+	if err := b.p.SetPaused(ctx, "s", false); err != nil { // the 410 paused it
 		t.Fatal(err)
 	}
-	// A refusal is reported in the outcome (and the error lists it).
-	early, _, _ := b.p.Replay(ctx, producer.DeadLetterQuery{IDs: []string{id}})
+	expireLeases(t, b.rdb, ns, "s")
 	startProc(t, redisURL(), ns)
-	return func(t *testing.T) {
-		if len(early) != 1 || early[0].Outcome == producer.Enqueued {
-			t.Errorf("replay while the task was not dead: %+v; want it not re-sent", early)
+	testkit.Eventually(t, 30*time.Second, "the recovered task archived", func() bool {
+		info, err := testkit.Task(b.insp, ns, id)
+		return err == nil && info.State == asynq.TaskStateArchived
+	})
+	if n := rc.Count(); n != 1 {
+		t.Fatalf("%d requests; want the one 410: a dead delivery's recovered task sends nothing", n)
+	}
+	out, _, err := b.p.Replay(ctx, producer.DeadLetterQuery{Subscriber: "s"})
+	if err != nil || len(out) != 1 || out[0].Outcome != producer.Enqueued {
+		t.Fatalf("replay: %+v, %v; want it enqueued", out, err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the replay delivered", func() bool { return rc.Count() == 2 })
+}
+
+// A request cut by the shutdown is not an attempt (issue: a shutdown on the
+// last attempt made a live task a dead letter, and its replay a double
+// delivery). max_attempts 1, the request held past SIGTERM's 2s shutdown
+// timeout: asynq puts the task back; the next worker delivers it; no dead
+// letter is listed, the record says the first request was interrupted,
+// and a replay sends nothing.
+func TestShutdownOnTheLastAttemptIsNotAnAttempt(t *testing.T) {
+	// Not parallel: real processes run alone.
+	var requests atomic.Int64
+	rc := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, _ string) bool {
+		if requests.Add(1) == 1 {
+			<-r.Context().Done() // acted on, never answered: the shutdown cuts it
+			return true
 		}
-		testkit.Eventually(t, 150*time.Second, "the recovered task delivered", func() bool {
-			sub, ev, _ := tasks.SplitTaskID(id)
-			st, _, err := testkit.Ended(b.insp, b.rdb, ns, sub, ev)
-			return err == nil && st == asynq.TaskStateCompleted
-		})
-		testkit.Eventually(t, 10*time.Second, "the stale ledger entry cleared by the delivery", func() bool {
-			dl, _, err := b.p.DeadLetters(ctx, producer.DeadLetterQuery{IDs: []string{id}, IncludeReplayed: true})
-			return err == nil && len(dl) == 0
-		})
-		out, _, err := b.p.Replay(ctx, producer.DeadLetterQuery{Subscriber: "s"})
-		if err != nil || len(out) != 0 {
-			t.Errorf("replay after the delivery: %+v, %v; want nothing to replay", out, err)
-		}
-		accepted := 0
-		for _, h := range rc.Got() {
-			if h.Accepted {
-				accepted++
-			}
-		}
-		if accepted != 1 {
-			t.Errorf("the event was accepted %d times; want once", accepted)
-		}
+		return true
+	})
+	b := newCrashBundle(t, testkit.Namespace("term-last-"), tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxAttempts: 1})
+	w := startProc(t, redisURL(), b.ns)
+	b.publishN(t, "e", 1)
+	testkit.Eventually(t, 10*time.Second, "the request held", func() bool { return requests.Load() == 1 })
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !w.wait(10 * time.Second) {
+		t.Fatal("worker still running after its shutdown timeout")
+	}
+	ctx := context.Background()
+	d, err := b.p.GetDelivery(ctx, "s", "e000")
+	if err != nil || d.State != tasks.StatePending || d.AttemptsSpent != 0 || len(d.Attempts) != 1 {
+		t.Fatalf("record after the shutdown: %+v, %v; want pending, no attempt spent, the interrupted request recorded", d, err)
+	}
+	startProc(t, redisURL(), b.ns)
+	testkit.Eventually(t, 20*time.Second, "delivered by the next worker", func() bool {
+		d, err := b.p.GetDelivery(ctx, "s", "e000")
+		return err == nil && d.State == tasks.StateDelivered
+	})
+	if dl, _, err := b.p.DeadLetters(ctx, producer.DeadLetterQuery{IncludeReplayed: true}); err != nil || len(dl) != 0 {
+		t.Fatalf("dead letters %+v, %v; want none", dl, err)
+	}
+	if out, _, err := b.p.Replay(ctx, producer.DeadLetterQuery{Subscriber: "s"}); err != nil || len(out) != 0 {
+		t.Fatalf("replay: %+v, %v; want nothing to replay", out, err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Fatalf("%d requests; want 2: the one cut, the one that delivered", n)
 	}
 }

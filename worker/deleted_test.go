@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -13,14 +14,14 @@ import (
 	"github.com/hooklane/hooklane/worker"
 )
 
-// Deleting a subscriber with a backlog drops its queued events when they
-// come due: counted, never sent, no ledger entry each. A subscriber created
-// again under the same id is a new generation: the old events are not sent
-// to its new URL with its new secrets.
+// Deleting a subscriber with a backlog drops its queued events: counted,
+// never sent, no ledger entry each. A subscriber created again under the
+// same id is a new generation: the old events are not sent to its new URL
+// with its new secrets.
 func TestDeletedSubscriberBacklogIsDropped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, worker.Config{PauseRecheck: 200 * time.Millisecond})
+	b := setup(t, worker.Config{})
 	old := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "s", URL: old.URL})
 	if err := b.p.SetPaused(ctx, "s", true); err != nil {
@@ -33,10 +34,9 @@ func TestDeletedSubscriberBacklogIsDropped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testkit.Eventually(t, 10*time.Second, "the backlog held while paused", func() bool {
-		q, err := testkit.QueueInfo(b.insp, b.ns)
-		return err == nil && q.Retry == n
-	})
+	if n, err := testkit.Parked(ctx, b.rdb, b.ns); err != nil || n != 50 {
+		t.Fatalf("%d parked, %v; want the backlog held while paused", n, err)
+	}
 	if err := b.p.DeleteSubscriber(ctx, "s"); err != nil {
 		t.Fatal(err)
 	}
@@ -59,4 +59,43 @@ func TestDeletedSubscriberBacklogIsDropped(t *testing.T) {
 	// The new generation gets its own events.
 	b.publish(t, "after", "t")
 	testkit.Eventually(t, 10*time.Second, "the new subscriber's own event", func() bool { return fresh.Count() == 1 })
+}
+
+// An event published again for a subscriber deleted and created again
+// while the old generation's task of that event is running (its request
+// still open) is the new generation's delivery: reported enqueued, not a
+// duplicate, and delivered to the new subscriber as soon as the old run
+// ends, not when some lease lapses; the old run's outcome is not written
+// over it.
+func TestRepublishRacingTheOldGenerationsRunIsDelivered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{})
+	release := make(chan struct{})
+	old := testkit.NewSink(t, func(http.ResponseWriter, int) { <-release })
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	b.put(t, tasks.Subscriber{ID: "s", URL: old.URL})
+	b.publish(t, "e1", "t")
+	testkit.Eventually(t, 10*time.Second, "the old generation's request open", func() bool { return old.Count() == 1 })
+	if err := b.p.DeleteSubscriber(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	fresh := testkit.NewSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "s", URL: fresh.URL})
+	res := b.publish(t, "e1", "t")
+	if o := res.Targets[0].Outcome; o != producer.Enqueued {
+		t.Fatalf("published again for the new generation: %s; want enqueued", o)
+	}
+	close(release)
+	testkit.Eventually(t, 10*time.Second, "the new generation's delivery", func() bool { return fresh.Count() == 1 })
+	testkit.Eventually(t, 5*time.Second, "its record delivered", func() bool {
+		d, err := b.p.GetDelivery(ctx, "s", "e1")
+		return err == nil && d.State == tasks.StateDelivered && d.AttemptCount == 1
+	})
 }

@@ -73,7 +73,7 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 // milliseconds, and the package's other tests would load both cores.
 func TestRateLimitHolds(t *testing.T) {
 	runtime.GC() // start from a small heap, not the garbage of the heavy test before
-	const n, rate, burst = 200, 20, 5
+	const n, rate, burst = 200, 40, 5
 	b := setup(t, worker.Config{})
 	s := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: rate, Burst: burst, Period: time.Second}})
@@ -85,7 +85,9 @@ func TestRateLimitHolds(t *testing.T) {
 	if len(a) != n {
 		t.Fatalf("%d deliveries, want %d", len(a), n)
 	}
-	withinLimit(t, a, rate, burst, 20*time.Millisecond)
+	// 50ms: the slack the load harness allows between the limiter's
+	// decision and the arrival under -race on two cores.
+	withinLimit(t, a, rate, burst, 50*time.Millisecond)
 	steady := float64(n-burst-1) / a[n-1].At.Sub(a[burst].At).Seconds()
 	if steady < rate*0.95 || steady > rate*1.05 {
 		t.Fatalf("steady rate %.2f/s, want within 5%% of %d/s", steady, rate)
@@ -207,9 +209,11 @@ func TestSlowSubscriberDoesNotDelayFast(t *testing.T) {
 	}
 }
 
-// A task that finds its destination's one in-flight slot taken waits in
-// the process at most MaxWait, then is deferred (it does not wait for the
-// slow answer, due after 3s).
+// A task that finds its destination's in-flight slots taken waits in the
+// process at most MaxWait, then is parked again (it does not wait for the
+// slow answer, due after 3s). Two slots, three events handed out (two in
+// flight and one to wait, as the slots carry until the endpoint's latency
+// is known).
 func TestBusyWaitEndsAtMaxWait(t *testing.T) {
 	t.Parallel()
 	const maxWait = 500 * time.Millisecond
@@ -222,16 +226,17 @@ func TestBusyWaitEndsAtMaxWait(t *testing.T) {
 		case <-time.After(3 * time.Second):
 		}
 	})
-	b.put(t, tasks.Subscriber{ID: "slow", URL: slow.URL, MaxInFlight: 1})
+	b.put(t, tasks.Subscriber{ID: "slow", URL: slow.URL, MaxInFlight: 2})
 	b.publish(t, "e0", "t")
 	b.publish(t, "e1", "t")
-	testkit.Eventually(t, 10*time.Second, "the slot taken", func() bool { return slow.Count() == 1 })
+	b.publish(t, "e2", "t")
+	testkit.Eventually(t, 10*time.Second, "the slots taken", func() bool { return slow.Count() == 2 })
 	first := slow.Got()[0].At
 	// MaxWait, plus the 200ms the counters take to be flushed, plus slack.
 	testkit.Eventually(t, time.Until(first.Add(maxWait+700*time.Millisecond)), "the other task deferred after MaxWait",
-		func() bool { return b.counter(t, "slow", "deferred:"+worker.GateInFlight) == 1 })
-	if n := slow.Count(); n != 1 {
-		t.Fatalf("%d requests with one in-flight slot held", n)
+		func() bool { return b.counter(t, "slow", "deferred:"+worker.DeferredInFlight) == 1 })
+	if n := slow.Count(); n != 2 {
+		t.Fatalf("%d requests with two in-flight slots held", n)
 	}
 }
 
@@ -299,9 +304,12 @@ func TestGoneDeadLettersAndPauses(t *testing.T) {
 	if r := b.publish(t, "e2", "t"); len(r.Targets) != 1 || r.Targets[0].Outcome != producer.Held {
 		t.Fatalf("paused subscriber got %v; want e2 held", r.Targets)
 	}
-	testkit.Eventually(t, 10*time.Second, "e2 held by the pause gate", func() bool {
-		return b.counter(t, "s", "deferred:"+worker.GatePaused) >= 1
-	})
+	if d, err := b.p.GetDelivery(context.Background(), "s", "e2"); err != nil || d.State != tasks.StateHeld {
+		t.Fatalf("e2's delivery %+v, %v; want held", d, err)
+	}
+	if b.settled(t) {
+		t.Fatal("nothing left to run: e2 was dropped, not held")
+	}
 	if n := s.Count(); n != 1 {
 		t.Fatalf("sink saw %d requests after the pause, want still 1", n)
 	}
@@ -428,8 +436,9 @@ func TestRetryHorizonDeadLetters(t *testing.T) {
 	}
 }
 
-// When the ledger entry cannot be written, the task is not archived: asynq
-// retries it (no attempt spent), and the next run writes the entry.
+// When the dead letter cannot be committed, the task is not archived: the
+// run sends its commit again (idempotent: once written, written once),
+// then answers asynq. One request, one dead letter.
 func TestLedgerWriteFailureRetriesTheTask(t *testing.T) {
 	t.Parallel()
 	ns := testkit.Namespace("ledgerfail")
@@ -447,12 +456,12 @@ func TestLedgerWriteFailureRetriesTheTask(t *testing.T) {
 	if _, err := p.PutSubscriber(context.Background(), tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	proxy.failOnce(respKeys(tasks.Keys(ns).Ledger("s:e1").Entry))
+	proxy.failOnce(respKeys(tasks.Keys(ns).Ledger("s:e1").Entry)) // the commit's key list names it
 	if _, err := p.Publish(context.Background(), tasks.Event{ID: "e1", Type: "t", Data: []byte(`1`)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	insp := asynq.NewInspectorFromRedisClient(rdb)
-	testkit.Eventually(t, 20*time.Second, "archived after the retry", func() bool {
+	testkit.Eventually(t, 20*time.Second, "archived after the commit was sent again", func() bool {
 		info, err := testkit.Task(insp, ns, "s:e1")
 		return err == nil && info.State == asynq.TaskStateArchived
 	})
@@ -463,9 +472,8 @@ func TestLedgerWriteFailureRetriesTheTask(t *testing.T) {
 	if err != nil || len(dl) != 1 || dl[0].Reason != worker.DeadAttempts {
 		t.Fatalf("ledger %+v, %v; want the entry, written by the retry", dl, err)
 	}
-	// The retry sent the request again: the ledger failure cost no attempt.
-	if n := s.Count(); n != 2 || w.Stats().Dead.Load() != 2 {
-		t.Fatalf("%d requests, %d dead runs; want 2 and 2 (the first run's ledger write failed)", n, w.Stats().Dead.Load())
+	if n := s.Count(); n != 1 || w.Stats().Dead.Load() != 1 || w.Stats().CommitErrors.Load() != 1 {
+		t.Fatalf("%d requests, %d dead runs, %d commit errors; want 1, 1, 1", n, w.Stats().Dead.Load(), w.Stats().CommitErrors.Load())
 	}
 }
 

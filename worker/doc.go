@@ -1,14 +1,19 @@
-// Package worker runs hooklane's asynq server: it takes each delivery task,
-// passes it through the subscriber's gates (paused, cooldown, max in-flight,
-// rate limit), sends one signed POST, and turns the answer into done, a
-// reschedule at the endpoint's Retry-After, a counted retry with backoff, or
-// a dead letter (asynq's archive).
+// Package worker runs hooklane's asynq servers and its dispatchers.
 //
-// A gate that says "not yet" never sleeps out a long wait: the task is
-// rescheduled with a limits.DeferredError, which Config.IsFailure and
-// Config.RetryDelayFunc turn into asynq's atomic active→retry move without
-// spending an attempt. Only waits under Config.MaxWait (1s) are waited in the
-// handler, one waiter per destination at a time, because asynq schedules in
-// whole seconds and a throttled backlog would otherwise wake in lumps and
-// churn.
+// A dispatcher (dispatch.go) hands a subscriber's parked deliveries to
+// asynq when the destination can take them (see package limits: one way
+// to park). A run (handler.go) takes the delivery handed out (limits.Admit,
+// which looks at the gates once more: paused, cooldown, rate slot,
+// in-flight slots, breaker), sends one signed POST, and commits the
+// outcome (limits.Commit: delivered, a Retry-After cooldown, a counted
+// failure with backoff, a dead letter) before it answers asynq, so
+// nothing of an outcome is written after asynq lets the task go. A
+// delivery that cannot go after all is parked again, never slept out: a
+// run waits in the process only for a rate slot or a free in-flight slot
+// at most Config.MaxWait ahead.
+//
+// Attempts are hooklane's, counted in the delivery record: asynq's
+// IsFailure is always false and its retry limit out of reach, so asynq
+// never archives a task on its own; a dead letter is committed to the
+// ledger, then the task is archived.
 package worker

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -111,7 +112,7 @@ func TestHostileReceivers(t *testing.T) {
 			id := fmt.Sprintf("hostile%d", i)
 			b.put(t, tasks.Subscriber{ID: id, URL: tc.url(t), EventTypes: []string{id}, MaxAttempts: 1})
 			start := time.Now()
-			b.publish(t, "e", id)
+			b.publish(t, "e-"+id, id)
 			var dl []tasks.DeadLetter
 			testkit.Eventually(t, 3*timeout, "dead letter", func() bool {
 				dl = b.dead(t, producer.DeadLetterQuery{Subscriber: id})
@@ -183,17 +184,44 @@ func TestHugeRetryAfterIsCapped(t *testing.T) {
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
 	start := time.Now()
 	b.publish(t, "e", "t")
-	var info *asynq.TaskInfo
-	testkit.Eventually(t, 10*time.Second, "rescheduled", func() bool {
+	var d tasks.DeliveryRecord
+	testkit.Eventually(t, 10*time.Second, "cooling", func() bool {
 		var err error
-		info, err = testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e"))
-		return err == nil && info.State == asynq.TaskStateRetry
+		d, err = b.p.GetDelivery(context.Background(), "s", "e")
+		return err == nil && d.State == tasks.StateCooling
 	})
-	if next := info.NextProcessAt.Sub(start); next < 10*time.Minute-time.Second || next > 10*time.Minute+5*time.Second {
-		t.Fatalf("rescheduled %v out, want the 10m cap", next)
+	if next := d.NextAttempt.Sub(start); next < 10*time.Minute-time.Second || next > 10*time.Minute+5*time.Second {
+		t.Fatalf("next attempt %v out, want the 10m cap", next)
 	}
-	if !strings.Contains(info.LastErr, `Retry-After "999999999"`) || info.Retried != 0 {
-		t.Fatalf("last error %q, retried %d", info.LastErr, info.Retried)
+	if len(d.Attempts) != 1 || d.Attempts[0].RetryAfter != "999999999" || d.AttemptCount != 1 {
+		t.Fatalf("record %+v; want the one attempt with its raw Retry-After", d)
+	}
+	if st, err := worker.ReadStats(context.Background(), b.rdb, b.ns, "s"); err != nil || st["failed"] != 0 {
+		t.Fatalf("counters %v, %v; want no attempt spent", st, err)
+	}
+}
+
+// A Retry-After that is neither delay-seconds nor an HTTP-date cannot be
+// obeyed: the 429 is a counted failure with backoff, and its attempt says
+// the header was ignored, and why.
+func TestGarbageRetryAfterIsIgnoredAndSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{BackoffBase: time.Minute, BackoffMax: time.Minute})
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
+		w.Header().Set("Retry-After", "soon-ish")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+	b.publish(t, "e", "t")
+	var d tasks.DeliveryRecord
+	testkit.Eventually(t, 10*time.Second, "retrying", func() bool {
+		var err error
+		d, err = b.p.GetDelivery(context.Background(), "s", "e")
+		return err == nil && d.State == tasks.StateRetrying
+	})
+	if len(d.Attempts) != 1 || d.Attempts[0].RetryAfter != "soon-ish" ||
+		!strings.Contains(d.Attempts[0].Error, `Retry-After "soon-ish" ignored: neither delay-seconds nor an HTTP-date`) {
+		t.Fatalf("attempts %+v; want the one, saying its Retry-After was ignored", d.Attempts)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -143,14 +142,9 @@ func startWorker(t testing.TB, rdb redis.UniversalClient, ns string, cfg worker.
 	}
 }
 
-// settled reports whether nothing in the namespace's queue is still to run.
-func (b *bundle) settled(t testing.TB) bool {
-	q, err := testkit.QueueInfo(b.insp, b.ns)
-	if err != nil {
-		return false
-	}
-	return q.Pending+q.Active+q.Scheduled+q.Retry+q.Aggregating == 0
-}
+// settled reports whether nothing in the namespace is still to run: its
+// queues and its subscribers' schedules are empty.
+func (b *bundle) settled(t testing.TB) bool { return testkit.Settled(t, b.rdb, b.insp, b.ns) }
 
 // withinLimit fails t if any window of arrivals (in arrival order) holds
 // more than burst + rate·(its span + slack); slack covers the gap between
@@ -165,26 +159,6 @@ func withinLimit(t testing.TB, a []testkit.Arrival, rate float64, burst int, sla
 			}
 		}
 	}
-}
-
-// infoInt is the whole-number field of the given INFO section of c.
-func infoInt(t testing.TB, c *redis.Client, section, field string) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), section).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("INFO %s: %s=%q: %v", section, field, v, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in INFO %s", field, section)
-	return 0
 }
 
 // noBreaker turns the circuit breaker off, for tests of many dead letters

@@ -68,7 +68,7 @@ func redisBytes(b *testing.B, size, subs, n int) (pending, delivered, dataset fl
 		}
 	}
 	data := []byte(`"` + strings.Repeat("x", size-2) + `"`)
-	base, baseData := usedMemory(b, rdb), infoInt(b, rdb, "memory", "used_memory_dataset")
+	base, baseData := usedMemory(b, rdb), testkit.InfoInt(b, rdb, "memory", "used_memory_dataset")
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -87,10 +87,10 @@ func redisBytes(b *testing.B, size, subs, n int) (pending, delivered, dataset fl
 	testkit.Eventually(b, 2*time.Minute, "every delivery", func() bool { return sink.Count() == n*subs })
 	stop()
 	delivered = float64(usedMemory(b, rdb)-base) / deliveries
-	dataset = float64(infoInt(b, rdb, "memory", "used_memory_dataset")-baseData) / deliveries
+	dataset = float64(testkit.InfoInt(b, rdb, "memory", "used_memory_dataset")-baseData) / deliveries
 	return pending, delivered, dataset
 }
 
 func usedMemory(b *testing.B, rdb *redis.Client) int64 {
-	return infoInt(b, rdb, "memory", "used_memory")
+	return testkit.InfoInt(b, rdb, "memory", "used_memory")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,9 +65,7 @@ func (h *handler) operatorEvent(ctx context.Context, typ, id string, data any) e
 		h.log.Error("could not publish an operator event", "type", typ, "event_id", id, "err", err)
 		return err
 	}
-	if err := h.rdb.HIncrBy(ctx, h.keys.Counters(), "ops:"+typ, 1).Err(); err != nil {
-		h.log.Warn("could not count an operator event", "type", typ, "err", err)
-	}
+	h.totals.count("ops:"+typ, 1) // with the next flush, once
 	h.log.Info("operator event published", "type", typ, "event_id", id, "targets", len(res.Targets))
 	return nil
 }
@@ -88,34 +87,6 @@ func (h *handler) breakerEvent(ctx context.Context, typ, sub string, since, at t
 	id := operatorEventID(typ, sub, since)
 	_ = h.operatorEvent(ctx, typ, id, FailingEvent{SubscriberID: sub, FailingSince: since.UTC(), LastError: lastErr,
 		At: at.UTC(), Reason: reason})
-}
-
-// KEYS: 1 dead batch, 2 its sample list. ARGV: 1 "<event id> <reason>".
-// Adds a dead letter to the subscriber's unreported batch.
-var deadBatchScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('HINCRBY', KEYS[1], 'n', 1)
-redis.call('HSETNX', KEYS[1], 'first', string.format('%d', now))
-if redis.call('LLEN', KEYS[2]) < 20 then redis.call('RPUSH', KEYS[2], ARGV[1]) end
-return 0`)
-
-// batchDead queues a dead letter on p (the dead-letter write's
-// transaction, in the subscriber's slot) into the subscriber's unreported
-// batch. An operator event's dead letter is never batched: it is not
-// reported in another.
-func (h *handler) batchDead(ctx context.Context, p redis.Pipeliner, sub, eventID, reason string) {
-	deadBatchScript.Eval(ctx, p, []string{h.keys.DeadBatch(sub), h.keys.DeadBatchSample(sub)}, eventID+" "+reason)
-}
-
-// dueDead lists sub among the subscribers whose dead letters are due to
-// be reported: now, unless already listed (flushDead holds a report back
-// until the last is a minute old).
-func (h *handler) dueDead(ctx context.Context, sub string) {
-	z := redis.Z{Score: float64(time.Now().UnixMilli()), Member: sub}
-	if err := h.rdb.ZAddNX(ctx, h.keys.DeadReportsDue(), z).Err(); err != nil {
-		h.log.Warn("could not list dead letters to report", "subscriber_id", sub, "err", err)
-	}
 }
 
 // KEYS: 1 dead batch, 2 sample. ARGV: 1 least ms between reports. Reply
@@ -145,40 +116,76 @@ redis.call('HSET', KEYS[1], 'last_sent', string.format('%d', now))
 if left <= 0 then redis.call('HDEL', KEYS[1], 'n', 'first') else redis.call('HSET', KEYS[1], 'first', string.format('%d', now)) end
 return left`)
 
-// flushDead reports the dead letters of every subscriber that is due, each
-// claimed by one worker (ZREM), at most one event per subscriber per
-// minute. A report is published before it is taken off the batch: a worker
-// dying between the two publishes it again under the same id (a
-// duplicate, dropped), never loses it.
+// KEYS[1]: the reports due. ARGV: 1 the most to claim, 2 lease ms. Claims
+// the subscribers whose report is due by moving each one's time a lease
+// ahead (not removing it: a worker that dies with a claim leaves it to the
+// next after the lease). Reply: sub, claim ms, sub, claim ms, …
+var claimReportsScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local out = {}
+for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))) do
+  local claim = now + tonumber(ARGV[2])
+  redis.call('ZADD', KEYS[1], claim, s)
+  out[#out + 1], out[#out + 2] = s, string.format('%d', claim)
+end
+return out`)
+
+// KEYS[1]: the reports due. ARGV: 1 subscriber, 2 the claim (ms), 3 the
+// next time (ms, -1: none). Ends a claim: the subscriber is due again then,
+// or no more; unless another worker claimed it since (its time is not this
+// claim).
+var endReportScript = redis.NewScript(`
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+if tonumber(ARGV[3]) < 0 then redis.call('ZREM', KEYS[1], ARGV[1]) else redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1]) end
+return 1`)
+
+// reportLease is how long a claim on a subscriber's report holds.
+const reportLease = 30 * time.Second
+
+// flushDead reports the dead letters of every subscriber whose report is
+// due, each claimed by one worker with a lease, at most one event per
+// subscriber per DeadReportEvery. A report is published, then taken off
+// the batch, then its claim ended: a worker that dies between any two
+// leaves the claim to lapse, and the next worker publishes the report
+// again under the same id (one event: the receivers' dedup), never loses it.
 func (h *handler) flushDead(ctx context.Context) {
-	due, err := h.rdb.ZRangeByScore(ctx, h.keys.DeadReportsDue(), &redis.ZRangeBy{Min: "-inf",
-		Max: strconv.FormatInt(time.Now().UnixMilli(), 10), Count: 100}).Result()
+	res, err := claimReportsScript.Run(ctx, h.rdb, []string{h.keys.DeadReportsDue()}, 100, reportLease.Milliseconds()).StringSlice()
 	if err != nil {
 		return
 	}
-	for _, sub := range due {
-		if n, err := h.rdb.ZRem(ctx, h.keys.DeadReportsDue(), sub).Result(); err != nil || n == 0 {
-			continue // another worker has it
+	for i := 0; i+1 < len(res); i += 2 {
+		sub, claim := res[i], res[i+1]
+		next, err := h.reportDead(ctx, sub)
+		if err != nil {
+			h.log.Warn("could not report dead letters; trying again after the claim's lease", "subscriber_id", sub, "err", err)
+			continue
 		}
-		if err := h.reportDead(ctx, sub); err != nil {
-			h.log.Warn("could not report dead letters; trying again", "subscriber_id", sub, "err", err)
-			h.rdb.ZAdd(ctx, h.keys.DeadReportsDue(), redis.Z{Score: float64(time.Now().Add(5 * time.Second).UnixMilli()), Member: sub})
+		ms := int64(-1)
+		if !next.IsZero() {
+			ms = next.UnixMilli()
+		}
+		if err := endReportScript.Run(ctx, h.rdb, []string{h.keys.DeadReportsDue()}, sub, claim, ms).Err(); err != nil {
+			h.log.Warn("could not end a report's claim; it lapses by itself", "subscriber_id", sub, "err", err)
 		}
 	}
 }
 
-func (h *handler) reportDead(ctx context.Context, sub string) error {
+// reportDead publishes subscriber sub's unreported dead letters, unless it
+// was reported less than DeadReportEvery ago: then it answers when the
+// next report is due.
+func (h *handler) reportDead(ctx context.Context, sub string) (time.Time, error) {
 	keys := []string{h.keys.DeadBatch(sub), h.keys.DeadBatchSample(sub)}
 	res, err := deadPeekScript.Run(ctx, h.rdb, keys, h.cfg.DeadReportEvery.Milliseconds()).StringSlice()
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	switch res[0] {
 	case "0":
-		return nil
+		return time.Time{}, nil
 	case "1":
 		at, _ := strconv.ParseInt(res[1], 10, 64)
-		return h.rdb.ZAdd(ctx, h.keys.DeadReportsDue(), redis.Z{Score: float64(at), Member: sub}).Err()
+		return time.UnixMilli(at), nil
 	}
 	n, _ := strconv.ParseInt(res[1], 10, 64)
 	first, _ := strconv.ParseInt(res[2], 10, 64)
@@ -189,22 +196,45 @@ func (h *handler) reportDead(ctx context.Context, sub string) error {
 	}
 	id := operatorEventID(tasks.OperatorDead, sub, ev.Since)
 	if err := h.operatorEvent(ctx, tasks.OperatorDead, id, ev); err != nil {
-		return err
+		return time.Time{}, err
 	}
-	return deadAckScript.Run(ctx, h.rdb, keys, n, len(ev.Sample)).Err()
+	if err := deadAckScript.Run(ctx, h.rdb, keys, n, len(ev.Sample)).Err(); err != nil {
+		return time.Time{}, err
+	}
+	return time.Time{}, nil
 }
 
-// runDeadReports flushes due dead-letter reports every second until ctx is
-// done.
-func (h *handler) runDeadReports(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			h.flushDead(ctx)
+// reports runs the dead-letter reports every second until stop.
+type reports struct {
+	h      *handler
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newReports(h *handler) *reports {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &reports{h: h, ctx: ctx, cancel: cancel}
+}
+
+func (r *reports) start() {
+	r.wg.Go(func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-t.C:
+				r.h.flushDead(r.ctx)
+			}
 		}
-	}
+	})
+}
+
+// stop ends the reports (one under way is finished, or left to its
+// claim's lease) and waits.
+func (r *reports) stop() {
+	r.cancel()
+	r.wg.Wait()
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
@@ -174,7 +177,7 @@ func TestFailingWithoutABreakDisablesAndSaysSo(t *testing.T) {
 	b := setup(t, worker.Config{Breaker: limits.BreakerPolicy{Failures: 3, ProbeGap: 200 * time.Millisecond,
 		MaxProbeGap: 300 * time.Millisecond, DisableAfter: 2 * time.Second}})
 	ops := testkit.NewSink(t, nil)
-	op := b.put(t, tasks.Subscriber{ID: "ops", URL: ops.URL, EventTypes: []string{tasks.OperatorDisabled}})
+	op := b.put(t, tasks.Subscriber{ID: "ops", URL: ops.URL, EventTypes: []string{tasks.OperatorDisabled, tasks.OperatorRecovered}})
 	f := newFlaky(t)
 	f.down.Store(true)
 	b.put(t, tasks.Subscriber{ID: "crm", URL: f.URL, EventTypes: []string{"t"}})
@@ -182,21 +185,108 @@ func TestFailingWithoutABreakDisablesAndSaysSo(t *testing.T) {
 		b.publish(t, fmt.Sprintf("e%d", i), "t")
 	}
 	testkit.Eventually(t, 30*time.Second, "hooklane.subscriber.disabled", func() bool {
-		return len(operatorEvents(t, ops, op.Secrets[0])) == 1
+		for _, e := range operatorEvents(t, ops, op.Secrets[0]) {
+			if e.Type == tasks.OperatorDisabled {
+				return true
+			}
+		}
+		return false
 	})
 	got, err := b.p.GetSubscriber(context.Background(), "crm")
 	if err != nil || !got.Paused || got.PauseReason != tasks.PauseFailing {
 		t.Fatalf("disabled subscriber %+v, %v; want paused, reason failing", got, err)
 	}
 	var d worker.FailingEvent
-	if err := json.Unmarshal(operatorEvents(t, ops, op.Secrets[0])[0].Data, &d); err != nil || d.SubscriberID != "crm" ||
+	var disabledData json.RawMessage
+	for _, e := range operatorEvents(t, ops, op.Secrets[0]) {
+		if e.Type == tasks.OperatorDisabled {
+			disabledData = e.Data
+		}
+	}
+	if err := json.Unmarshal(disabledData, &d); err != nil || d.SubscriberID != "crm" ||
 		d.Reason != tasks.PauseFailing || d.At.Sub(d.FailingSince) < 2*time.Second {
 		t.Fatalf("disabled data %+v, %v; want crm, reason failing, disabled at least 2s after it began failing", d, err)
 	}
+	// Held, not dropped: resumed with the endpoint back, every event is
+	// delivered and none was dead-lettered meanwhile.
+	f.down.Store(false)
+	if err := b.p.SetPaused(context.Background(), "crm", false); err != nil {
+		t.Fatal(err)
+	}
+	// (Before the fix: the probe that failed as the subscriber was disabled
+	// kept the probe role for its lease, 21s, so nothing went after the
+	// resume.)
+	testkit.Eventually(t, 20*time.Second, "the 10 held events delivered after the resume", func() bool { return len(f.delivered()) == 10 })
 	if n := len(b.dead(t, producer.DeadLetterQuery{Subscriber: "crm"})); n != 0 {
 		t.Fatalf("%d dead letters; want the events held by the pause", n)
 	}
-	if len(operatorEvents(t, ops, op.Secrets[0])) != 1 {
-		t.Fatal("disabled reported more than once")
+	// Reported once: the breaker's close after the resume is reported
+	// after the disable, so by the time it arrives a second disabled
+	// report would have too.
+	testkit.Eventually(t, 20*time.Second, "hooklane.subscriber.recovered after the resume", func() bool {
+		for _, e := range operatorEvents(t, ops, op.Secrets[0]) {
+			if e.Type == tasks.OperatorRecovered {
+				return true
+			}
+		}
+		return false
+	})
+	disabled := 0
+	for _, e := range operatorEvents(t, ops, op.Secrets[0]) {
+		if e.Type == tasks.OperatorDisabled {
+			disabled++
+		}
+	}
+	if disabled != 1 {
+		t.Fatalf("disabled reported %d times; want once", disabled)
+	}
+}
+
+// A dead-letter report claimed by a worker that dies before publishing it
+// is not lost: its claim is a lease (the report stays in the due set, a
+// lease ahead), and after the lease the next claim publishes it, once.
+func TestDeadLetterReportSurvivesADeathAfterItsClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := testkit.Namespace("report")
+	keys := tasks.Keys(ns)
+	// The worker dies where it first stores the event of a delivery.dead
+	// report (its id begins so): its connection drops, the command unsent.
+	proxy := newFaultProxy(t, redisSrv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(proxy.URL(), "redis://"), "/0")})
+	t.Cleanup(func() { rdb.Close() })
+	idPrefix := strings.TrimPrefix(tasks.OperatorDead, tasks.OperatorPrefix) + "-"
+	proxy.failOnce([]byte(strings.TrimSuffix(keys.Event(idPrefix), "}:e")))
+	b := setupOn(t, rdb, ns, worker.Config{DeadReportEvery: 200 * time.Millisecond})
+	ops := testkit.NewSink(t, nil)
+	op := b.put(t, tasks.Subscriber{ID: "ops", URL: ops.URL, EventTypes: []string{tasks.OperatorDead}})
+	down := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	b.put(t, tasks.Subscriber{ID: "crm", URL: down.URL, EventTypes: []string{"t"}, MaxAttempts: 1})
+	b.publish(t, "e1", "t")
+	b.ledgerEntry(t, "crm:e1")
+	var claim float64
+	testkit.Eventually(t, 10*time.Second, "the report claimed and its publish failed", func() bool {
+		z, err := rdb.ZScore(ctx, keys.DeadReportsDue(), "crm").Result()
+		claim = z
+		return err == nil && proxy.failures() == 1 && time.UnixMilli(int64(z)).After(time.Now().Add(10*time.Second))
+	})
+	if ops.Count() != 0 {
+		t.Fatalf("%d reports arrived from a publish that failed", ops.Count())
+	}
+	// The lease lapses (moved back instead of waited out).
+	if err := rdb.ZAddXX(ctx, keys.DeadReportsDue(), redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: "crm"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the report published after the lease", func() bool { return ops.Count() >= 1 })
+	testkit.Eventually(t, 10*time.Second, "the claim ended", func() bool {
+		return rdb.ZScore(ctx, keys.DeadReportsDue(), "crm").Err() == redis.Nil
+	})
+	evs := operatorEvents(t, ops, op.Secrets[0])
+	if len(evs) != 1 {
+		t.Fatalf("%d delivery.dead events (claim was at %v); want 1", len(evs), time.UnixMilli(int64(claim)))
+	}
+	var d worker.DeadEvent
+	if err := json.Unmarshal(evs[0].Data, &d); err != nil || d.Count != 1 || len(d.Sample) != 1 || d.Sample[0].EventID != "e1" {
+		t.Fatalf("report %s (%v); want one dead letter, e1", evs[0].Data, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -29,17 +30,25 @@ var (
 	binOnce sync.Once
 	binDir  string
 	binErr  error
+	procSeq atomic.Int64 // names each process's race report
 )
 
 // hooklaneBin builds the hooklane binary once per test run (TestMain
-// removes it) and returns its path.
+// removes it) and returns its path: under the race detector when the
+// tests are (the packages are in the build cache already, so it is a
+// link), so that the paths the real processes drive are race-checked too
+// (startProc fails a test whose process reported a race).
 func hooklaneBin(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		if binDir, binErr = os.MkdirTemp("", "hooklane-bin-"); binErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, "hooklane"), ".")
+		args := []string{"build", "-o", filepath.Join(binDir, "hooklane")}
+		if raceBuild {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, ".")...)
 		cmd.Dir = ".." // the module root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -78,9 +87,11 @@ var crashEnv = []string{
 // and kills it when the test ends. The log is shown if the test failed.
 func startProc(t testing.TB, redisURL, ns string, env ...string) *proc {
 	t.Helper()
+	testkit.Heavy(t, "starts hooklane worker processes")
 	p := &proc{log: &testkit.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(hooklaneBin(t), "worker")
-	p.cmd.Env = append(append([]string{"REDIS_URL=" + redisURL, "HOOKLANE_NAMESPACE=" + ns}, crashEnv...), env...)
+	race := filepath.Join(binDir, fmt.Sprintf("race-%d", procSeq.Add(1)))
+	p.cmd.Env = append(append([]string{"REDIS_URL=" + redisURL, "HOOKLANE_NAMESPACE=" + ns, "GORACE=log_path=" + race}, crashEnv...), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -88,6 +99,11 @@ func startProc(t testing.TB, redisURL, ns string, env ...string) *proc {
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.kill()
+		// The race detector writes its report to log_path.<pid>.
+		if reports, _ := filepath.Glob(race + ".*"); len(reports) > 0 {
+			b, _ := os.ReadFile(reports[0])
+			t.Errorf("hooklane worker (pid %d) reported a data race:\n%s", p.cmd.Process.Pid, b)
+		}
 		if t.Failed() {
 			t.Logf("hooklane worker (pid %d) log:\n%s", p.cmd.Process.Pid, tail(p.log.String(), 40, "failed to dial"))
 		}
@@ -329,10 +345,7 @@ func settle(t testing.TB, insp *asynq.Inspector, rdb redis.UniversalClient, ns, 
 	}
 	// Stop early when the queue has nothing left to run: a task that is
 	// neither there nor finished is gone and waiting will not bring it back.
-	idle := func() bool {
-		q, err := testkit.QueueInfo(insp, ns)
-		return err == nil && q.Pending+q.Active+q.Scheduled+q.Retry+q.Aggregating == 0
-	}
+	idle := func() bool { return testkit.Settled(t, rdb, insp, ns) }
 	testkit.PollEvery(timeout, 100*time.Millisecond, func() bool { return done() || idle() })
 	done() // states as they are now, not as when idle was seen
 	accepted := map[string]int{}

@@ -3,7 +3,6 @@ package worker
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -70,21 +69,17 @@ func sign(secrets []string, msgID string, ts time.Time, body []byte) (string, er
 	return strings.Join(sigs, " "), nil
 }
 
-// post sends ev (body: its JSON, when the caller has it) to sub, signed, and reads at most maxResponseBody of the
-// answer, keeping its first keep bytes. headers, when not nil, runs as soon as the status line and
-// headers are in, before the body is read: a 429's cooldown is recorded
-// then, not after up to 64 KiB of body, while other requests could slip out.
-func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *tasks.Event, body []byte, keep int, headers func(status int, h http.Header, at time.Time)) response {
-	if body == nil { // else the stored event, as published
-		var err error
-		if body, err = json.Marshal(ev); err != nil { // {id, type, timestamp, data}
-			return response{err: err}
-		}
-	}
+// post sends body (the stored event, byte for byte as published) to sub,
+// signed, with event id eventID, and reads at most maxResponseBody of the
+// answer, keeping its first keep bytes. headers, when not nil, runs as
+// soon as the status line and headers are in, before the body is read: a
+// 429's cooldown is recorded then, not after up to 64 KiB of body, while
+// other requests could slip out.
+func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, eventID string, body []byte, keep int, headers func(status int, h http.Header, at time.Time)) response {
 	start := time.Now()
 	// A rotated-out secret keeps signing until its grace ends, so the
 	// receiver can move to the new one without refusing a request.
-	sig, err := sign(sub.SigningSecrets(start), ev.ID, start, body)
+	sig, err := sign(sub.SigningSecrets(start), eventID, start, body)
 	if err != nil {
 		return response{err: err}
 	}
@@ -94,7 +89,7 @@ func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, ev *t
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "hooklane/"+Version)
-	req.Header.Set(standardwebhooks.HeaderWebhookID, ev.ID)
+	req.Header.Set(standardwebhooks.HeaderWebhookID, eventID)
 	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(start.Unix(), 10))
 	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
 	resp, err := client.Do(req)

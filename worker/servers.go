@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/producer"
@@ -27,7 +28,7 @@ import (
 // one. A Server dequeues one task at a time, a round trip each: a lane's
 // several Servers (its Concurrency split among them) dequeue side by side,
 // and the more tasks start together, the more gate scripts and outcomes
-// share a round trip (see limits.combiner and recorder).
+// share a round trip (the worker's client batches: deploy.AutoPipeline).
 type servers struct {
 	w      *Worker
 	shards int
@@ -46,40 +47,59 @@ func (s *servers) queuesOf(region, lane string) map[string]int {
 	return q
 }
 
-// legacy is the name of the Server of the release before's one queue.
-const legacy = "legacy"
-
-// serveLegacy starts a Server for the release before's one queue once a
-// task was ever enqueued there (by a worker or producer of that release,
-// during a rolling upgrade). A Server of its own, not one more queue of the
-// backlog lane's: asynq would try the empty queue first half the time, a
+// serveLegacy starts, once, a Server for region's queues of the release
+// before, if any of them holds a task: its tasks are adopted into their
+// subscribers' schedules (legacy.go). A Server of its own, not more queues
+// of the lanes': asynq would try the empty queues first half the time, a
 // wasted round trip per delivery.
-func (s *servers) serveLegacy(ctx context.Context) error {
+func (s *servers) serveLegacy(ctx context.Context, region string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.byName[legacy] != nil {
+	name := region + "/legacy"
+	if s.closed || s.byName[name] != nil {
 		return nil
 	}
-	q := tasks.Keys(s.w.cfg.Namespace).LegacyQueue()
-	if ok, err := s.w.rdb.SIsMember(ctx, tasks.AsynqQueues, q).Result(); err != nil || !ok {
+	keys := tasks.Keys(s.w.cfg.Namespace)
+	queues := map[string]int{}
+	var sizes []*redis.IntCmd
+	_, err := s.w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
+			for i := range s.shards {
+				q := keys.LegacyQueue(region, lane, i)
+				queues[q] = 1
+				pending, active, scheduled, retry := tasks.AsynqQueueKeys(q)
+				sizes = append(sizes, p.LLen(ctx, pending), p.LLen(ctx, active), p.ZCard(ctx, scheduled), p.ZCard(ctx, retry))
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	srv := asynq.NewServerFromRedisClient(s.w.rdb, s.w.asynqConfig(map[string]int{q: 1}, s.w.cfg.Concurrency))
+	var n int64
+	for _, c := range sizes {
+		n += c.Val()
+	}
+	if n == 0 {
+		return nil
+	}
+	srv := asynq.NewServerFromRedisClient(s.w.ap, s.w.asynqConfig(queues, min(s.w.cfg.Concurrency, 20)))
 	if err := srv.Start(s.w.handler); err != nil {
 		return err
 	}
-	s.byName[legacy] = srv
-	s.w.cfg.Logger.Info("serving the release before's queue", "queue", q)
+	s.byName[name] = srv
+	s.w.cfg.Logger.Info("adopting the release before's queued tasks", "region", region, "tasks", n)
 	return nil
 }
 
-// serve starts the two lanes' Servers of region, once.
+// serve starts the two lanes' Servers and the dispatcher of region, once.
 func (s *servers) serve(region string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return errors.New("worker: shutting down")
 	}
+	s.w.h.disp.start(region)
 	for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
 		for i, conc := range splitConcurrency(s.w.cfg.Concurrency, s.w.cfg.DequeueLoops) {
 			name := region + "/" + lane + "/" + strconv.Itoa(i)
@@ -94,7 +114,7 @@ func (s *servers) serve(region string) error {
 				cfg.TaskCheckInterval = max(cfg.TaskCheckInterval, extraLoopPoll)
 				cfg.DelayedTaskCheckInterval = max(cfg.DelayedTaskCheckInterval, extraLoopForward)
 			}
-			srv := asynq.NewServerFromRedisClient(s.w.rdb, cfg)
+			srv := asynq.NewServerFromRedisClient(s.w.ap, cfg)
 			if err := srv.Start(s.w.handler); err != nil {
 				return err
 			}
@@ -180,14 +200,13 @@ func (w *Worker) startServers(ctx context.Context) (*servers, error) {
 			return nil, ctx.Err()
 		}
 	}
+	w.h.shards = layout.Shards
 	for _, r := range regions {
 		if err := s.serve(r); err != nil {
 			s.shutdown()
 			return nil, err
 		}
-	}
-	if slices.Contains(regions, tasks.DefaultRegion) {
-		if err := s.serveLegacy(ctx); err != nil {
+		if err := s.serveLegacy(ctx, r); err != nil {
 			s.shutdown()
 			return nil, err
 		}
@@ -197,17 +216,11 @@ func (w *Worker) startServers(ctx context.Context) (*servers, error) {
 }
 
 // migrate carries what the release before left in the namespace over to
-// this layout (producer.Migrate), before any task of its is delivered.
+// this layout (producer.Migrate), once per namespace.
 func (w *Worker) migrate(ctx context.Context) error {
-	p, err := producer.New(&producer.Config{Redis: w.rdb, Namespace: w.cfg.Namespace, Logger: w.cfg.Logger,
-		DedupWindow: w.cfg.DedupWindow, PayloadRetention: w.cfg.PayloadRetention})
-	if err != nil {
-		return err
-	}
-	rep, err := p.Migrate(ctx, false)
+	rep, err := w.h.prod.Migrate(ctx, false)
 	if err == nil && rep != (producer.MigrationReport{}) {
-		w.cfg.Logger.Info("migrated the release before's layout", "subscribers", rep.Subscribers,
-			"dead_letters", rep.DeadLetters, "cooldowns", rep.Cooldowns)
+		w.cfg.Logger.Info("deleted the release before's leftovers", "subscribers", rep.Subscribers)
 	}
 	return err
 }
@@ -215,8 +228,9 @@ func (w *Worker) migrate(ctx context.Context) error {
 const regionCheck = 10 * time.Second
 
 // watchRegions starts the Servers of regions subscribers name from now on
-// (when the worker serves every region) and the release before's queue's
-// once a task is enqueued there (when it serves the default region).
+// (when the worker serves every region) and a region's Server of the
+// release before's queues once a task is found there (an older worker or
+// producer still running during a rolling deploy).
 func (w *Worker) watchRegions(ctx context.Context, s *servers, known []string) {
 	t := time.NewTicker(regionCheck)
 	defer t.Stop()
@@ -226,9 +240,9 @@ func (w *Worker) watchRegions(ctx context.Context, s *servers, known []string) {
 			return
 		case <-t.C:
 		}
-		if slices.Contains(known, tasks.DefaultRegion) {
-			if err := s.serveLegacy(ctx); err != nil {
-				w.cfg.Logger.Warn("could not look for the release before's queue", "err", err)
+		for _, r := range known {
+			if err := s.serveLegacy(ctx, r); err != nil {
+				w.cfg.Logger.Warn("could not look for the release before's queued tasks", "region", r, "err", err)
 			}
 		}
 		if len(w.cfg.Regions) > 0 {

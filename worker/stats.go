@@ -2,52 +2,28 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
 
-// Gates, as named in DeferredError.Gate and in the per-subscriber counters.
+// Why a run parked its delivery without spending an attempt, as the
+// per-subscriber counters name it ("deferred:<why>"): the state it parked
+// it in (tasks.StateHeld, StateCooling, StateScheduled), or one of these.
 const (
-	GateNotBefore  = "not_before"
-	GatePaused     = "paused"
-	GateCooldown   = "cooldown"
-	GateInFlight   = "in_flight"
-	GateRateLimit  = "rate_limit"
-	GateRetryAfter = "retry_after" // the endpoint answered 429/503 with Retry-After
-	GateBreaker    = "breaker"     // the destination's circuit breaker is open
+	DeferredRetryAfter = "retry_after" // the endpoint answered 429/503 with Retry-After
+	DeferredProbe      = "probe"       // the open breaker's probe failed
+	DeferredInFlight   = "in_flight"   // no in-flight slot freed within MaxWait
 )
 
-// Dead-letter reasons.
-const (
-	DeadAttempts    = "attempts"
-	DeadHorizon     = "horizon"
-	DeadGone        = "gone"
-	DeadUndecodable = "undecodable"
-	DeadRefused     = "refused" // the SSRF guard refused the endpoint's address
-)
-
-// DroppedDeleted counts (namespace-wide, see ReadCounters) the tasks
+// DroppedDeleted counts (namespace-wide, see ReadCounters) the deliveries
 // dropped unsent because their subscriber was deleted or re-created.
-const DroppedDeleted = "dropped:deleted"
-
-// deadLetter sends a task to asynq's archive (it unwraps to asynq.SkipRetry)
-// with a reason for the counters and a message for asynqmon.
-type deadLetter struct{ reason, msg string }
-
-func (e *deadLetter) Error() string { return e.msg }
-func (e *deadLetter) Unwrap() error { return asynq.SkipRetry }
-
-func dead(reason, format string, args ...any) error {
-	return &deadLetter{reason: reason, msg: fmt.Sprintf(format, args...)}
-}
+const DroppedDeleted = tasks.CounterDroppedDeleted
 
 // Stats counts what this process's handler did, for benchmarks and tests.
 type Stats struct {
@@ -57,49 +33,39 @@ type Stats struct {
 	Failed    atomic.Int64 // counted failures that will be retried
 	Dead      atomic.Int64 // dead-lettered (archived)
 	Dropped   atomic.Int64 // not sent: subscriber deleted or re-created
-	// RecordErrors counts batches of outcomes that could not be written
-	// at first (they are retried; see recorder).
-	RecordErrors atomic.Int64
+	HandedOut atomic.Int64 // parked deliveries its dispatchers handed to asynq
+	// CommitErrors counts outcomes that could not be written (the task
+	// is tried again: no outcome is lost, a delivered one may be sent twice).
+	CommitErrors atomic.Int64
+	// Newer counts tasks of a later release's version, put back unsent.
+	Newer atomic.Int64
+	// Adopted counts tasks of the release before taken into the schedule.
+	Adopted atomic.Int64
 }
 
-// run is what one handler invocation learned. ProcessTask writes it, with
-// the in-flight slot's release, in one pipeline when the run ends.
+// run is what one handler invocation knows of its task and delivery.
 type run struct {
-	taskID      string
-	queue       string // the asynq queue the task is in
-	member      string // its waiting-index member
-	payload     []byte
-	d           *tasks.Delivery // nil when the payload was unreadable
-	keys        limits.GateKeys
-	maxAttempts int
-	attempt     *tasks.Attempt // the request this run made, if any
-	sub         string
-	token       string        // in-flight slot to release
-	probe       bool          // sent as the open breaker's probe
-	streak      bool          // sent while failures in a row were on record
-	delivered   bool          // 2xx
-	retried     int           // attempts spent before this run (asynq's count: lost leases included)
-	e2e         time.Duration // publish → delivery
-	late        time.Duration // due (publish or not-before) → delivery
-	coolUntil   time.Time     // a 429's cooldown, in Redis' clock, once recorded
-	coolLocal   time.Time     // the same deadline in this process's clock
-	retryAt     time.Time     // a counted failure's next attempt, or a 429's deadline: parked then
-	state       string        // the state the run leaves its delivery in ("" unchanged)
-	next        time.Time     // when the delivery is tried next
-	// The delivery record's write (logDelivery): its keys and arguments,
-	// its command when sent by sha, or logFull to send the script's text.
-	logKeys []string
-	logArgs []any
-	logCmd  *redis.Cmd
-	logFull bool
-	// The stored event of a task that refers to it (Delivery.PayloadRef):
-	// read with the first Admit (eventRead), eventErr what the task ends
-	// with if it cannot be sent (gone, unreadable, the read failed), and
-	// body, its JSON, what the request sends.
-	eventRead bool
-	eventErr  error
-	body      []byte
+	taskID  string
+	queue   string // the asynq queue the task is in
+	payload []byte
+	sub     string
+	event   string
+	keys    limits.GateKeys
+	token   string // names the run: its in-flight slot, the record's owner
+	limit   string // the subscriber's limit, as status shows why its rate is lower
+	adm     limits.Admission
+	// admittedAt is when Admit answered, in this process's monotonic
+	// clock: Redis' clock then was adm.Now (see redisNow).
+	admittedAt time.Time
+	body       []byte // the stored event: what the request sends
+	// coolUntil is the cooldown a 429 or 503 with Retry-After (or a spent
+	// quota) set, in Redis' clock, once its headers were read.
+	coolUntil time.Time
 }
+
+// redisNow is Redis' clock now, from the clock Admit answered with and the
+// time passed since: deadlines (the horizon) are compared in it.
+func (r *run) redisNow() time.Time { return r.adm.Now.Add(time.Since(r.admittedAt)) }
 
 // LatencyBuckets are the upper bounds, in seconds, of the delivery latency
 // histograms kept per subscriber.

@@ -1,50 +1,90 @@
 package worker
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/tasks"
 )
 
 // subCache keeps each subscriber's configuration for up to a second, so a
-// delivery does not spend a round trip re-reading it. Changes to the URL,
-// secrets or limits therefore apply within a second; deletion, pausing and
-// cooldowns are seen at once (Admit checks them in Redis).
+// delivery does not spend a round trip re-reading it. Admit answers the
+// configuration's version (the gate record's "cv", written with every
+// change): a run whose cached copy is older reads it again before its
+// request, so a changed URL or a secret rotated out applies at once.
+// Deletion, pausing and cooldowns are read by Admit itself.
 type subCache struct {
 	mu  sync.Mutex
 	m   map[string]cachedSub
 	ttl time.Duration
 }
 
+// cachedSub is a subscriber's configuration and its version.
 type cachedSub struct {
-	s  tasks.Subscriber
-	at time.Time
+	tasks.Subscriber
+	version string
+	at      time.Time
 }
 
 func newSubCache(ttl time.Duration) *subCache { return &subCache{m: map[string]cachedSub{}, ttl: ttl} }
 
-func (c *subCache) get(id string) (tasks.Subscriber, bool) {
+func (c *subCache) get(id string) (cachedSub, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[id]
 	if !ok || time.Since(e.at) > c.ttl {
-		return tasks.Subscriber{}, false
+		return cachedSub{}, false
 	}
-	return e.s, true
+	return e, true
 }
 
-func (c *subCache) put(id string, s tasks.Subscriber) {
+func (c *subCache) put(s cachedSub) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) > 100_000 { // bound memory if subscribers churn
 		clear(c.m)
 	}
-	c.m[id] = cachedSub{s, time.Now()}
+	s.at = time.Now()
+	c.m[s.ID] = s
 }
 
 func (c *subCache) forget(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, id)
+}
+
+// errDeleted: the subscriber is not in the directory.
+var errDeleted = errors.New("subscriber deleted")
+
+// subscriber returns subscriber id's configuration from the cache, or from
+// Redis when the cache has none, or not version (when not "").
+func (h *handler) subscriber(ctx context.Context, id, version string) (cachedSub, error) {
+	if s, ok := h.subs.get(id); ok && (version == "" || s.version == version) {
+		return s, nil
+	}
+	var cfg, ver *redis.StringCmd
+	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cfg, ver = p.HGet(ctx, h.keys.SubscriberConfigs(), id), p.Get(ctx, h.keys.SubscriberVersion(id))
+		return nil
+	})
+	if errors.Is(cfg.Err(), redis.Nil) {
+		h.subs.forget(id)
+		return cachedSub{}, errDeleted
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return cachedSub{}, h.infra("load subscriber", id, err)
+	}
+	s := cachedSub{version: ver.Val()}
+	if err := json.Unmarshal([]byte(cfg.Val()), &s.Subscriber); err != nil {
+		return cachedSub{}, h.infra("load subscriber", id, fmt.Errorf("subscriber %s unreadable: %w", id, err))
+	}
+	h.subs.put(s)
+	return s, nil
 }

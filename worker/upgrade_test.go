@@ -3,9 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"os/exec"
-	"strconv"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,186 +17,205 @@ import (
 	"github.com/hooklane/hooklane/worker"
 )
 
-// A rolling upgrade with work queued: what the release before (layout 1)
-// left in Redis, written here exactly as it wrote it, is delivered by a
-// worker of this release: its subscribers (with their pause), a running
-// Retry-After cooldown, its dead letters, and its tasks (payload without
-// a version, in its one queue).
+// v2Task is a delivery as the release before (payload version 2) queued
+// it; v2Publish writes it.
+type v2Task struct {
+	sub       tasks.Subscriber // as this release reads it (the directory is shared)
+	event     tasks.Event
+	lane      string
+	notBefore time.Time
+}
+
+// v2Publish writes what the release before's publish wrote for t, byte
+// for byte as it did (producer.fanOutAs, limits' bookScript and
+// storeEvent at 1fb4c81): the stored event as one string, the delivery
+// record with its booking (g, w, q), the log entry, a fresh-lane entry,
+// its waiting-index entry and pacing cursor, and the task, version 2 with
+// a reference to the stored event, in the release before's queue.
+func v2Publish(t *testing.T, rdb redis.UniversalClient, ns string, shards int, v2 v2Task) {
+	t.Helper()
+	ctx := context.Background()
+	keys := tasks.Keys(ns)
+	now := time.Now()
+	ev := v2.event
+	evJSON, _ := json.Marshal(ev)
+	stored := fmt.Sprintf("%d %s\n%s", now.UnixMilli(), v2.sub.ID, evJSON)
+	taskID := tasks.TaskID(v2.sub.ID, ev.ID)
+	queue := keys.LegacyQueue(v2.sub.Region, v2.lane, tasks.Shard(v2.sub.ID, shards))
+	k := keys.Gates(v2.sub.ID)
+	leftovers := keys.LegacyLeftovers(v2.sub.ID) // waiting index, pacing cursor
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, keys.LegacyEvent(ev.ID), stored, 24*time.Hour+10*time.Minute)
+		rec := keys.Delivery(v2.sub.ID, ev.ID)
+		p.HSet(ctx, rec, "g", v2.sub.Gen, "w", now.UnixMilli(), "q", queue, "t", ev.Type, "p", now.UnixMilli(),
+			"u", max(now.UnixMilli(), v2.notBefore.UnixMilli()), "s", "pending")
+		p.PExpire(ctx, rec, 48*time.Hour)
+		p.XAdd(ctx, &redis.XAddArgs{Stream: k.Log, Values: []any{"e", ev.ID}})
+		if v2.lane == tasks.LaneFresh {
+			p.ZAdd(ctx, k.Fresh, redis.Z{Score: float64(now.Add(10 * time.Minute).UnixMilli()), Member: taskID})
+		}
+		p.ZAdd(ctx, leftovers[0], redis.Z{Score: float64(now.UnixMilli()), Member: taskID + "@" + queue})
+		p.Set(ctx, leftovers[1], fmt.Sprintf("%.3f", float64(now.UnixMilli())+10), time.Hour)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := ev
+	data.Data = nil
+	payload, _ := json.Marshal(map[string]any{"v": 2, "subscriber_id": v2.sub.ID, "gen": v2.sub.Gen, "max_attempts": 3,
+		"event": data, "payload_ref": true, "enqueued_at": now, "not_before": v2.notBefore, "expires_at": now.Add(24 * time.Hour)})
+	opts := []asynq.Option{asynq.TaskID(taskID), asynq.Queue(queue), asynq.MaxRetry(tasks.AsynqMaxRetry)}
+	if !v2.notBefore.IsZero() {
+		opts = append(opts, asynq.ProcessAt(v2.notBefore.Truncate(time.Second).Add(time.Second)))
+	}
+	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask(tasks.TypeDeliver, payload), opts...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A rolling upgrade with work queued: what the release before left in
+// Redis, written as it wrote it, is delivered by a worker of this release
+// once each: tasks of both lanes, one not due yet (not before its time),
+// a paused subscriber's (held until it is resumed), a deleted
+// subscriber's (dropped, counted). Each is adopted into its subscriber's
+// schedule and sent as this release's task, with the event stored the old
+// way; the release before's leftovers are deleted at the worker's start
+// and its namespace counters carried over once.
 func TestPreviousReleasesQueuedWorkIsDelivered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := testkit.Namespace("upgrade")
-	v1 := tasks.Keys(ns).V1()
+	keys := tasks.Keys(ns)
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { rdb.Close() })
 	s := testkit.NewSink(t, nil)
-	secret, _ := tasks.NewSecret()
-	for _, id := range []string{"old", "held"} {
-		oldSubscriber(t, rdb, ns, id, s.URL, secret)
+	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
 	}
-	rdb.SAdd(ctx, v1.Paused(), "held")
-	cooling := time.Now().Add(3 * time.Second)
-	rdb.Set(ctx, v1.Cooldown("old"), strconv.FormatInt(cooling.UnixMilli(), 10), time.Minute)
-	for _, id := range []string{"e1", "e2", "e3"} {
-		oldTask(t, rdb, ns, "old", id)
-	}
-	// And a dead letter of its ledger.
-	dl, _ := json.Marshal(tasks.DeadLetter{TaskID: "old:gone", SubscriberID: "old", Event: &tasks.Event{ID: "gone", Type: "t", Data: json.RawMessage(`1`)},
-		Reason: "attempts", Error: "attempt 8 of 8: HTTP 500", DeadAt: time.Now().Add(-time.Hour)})
-	rdb.Set(ctx, v1.DeadLetter("old:gone"), dl, 0)
-	rdb.RPush(ctx, v1.Attempts("old:gone"), `{"at":"2026-11-30T08:00:00Z","status":500}`)
-	rdb.ZAdd(ctx, v1.DeadIndex(), redis.Z{Score: float64(time.Now().Add(-time.Hour).UnixMilli()), Member: "old:gone"})
-
-	_, stop := startWorker(t, rdb, ns, worker.Config{})
-	defer stop()
-	testkit.Eventually(t, 20*time.Second, "the release before's three tasks delivered", func() bool { return s.Count() == 3 })
-	for _, a := range s.Got() {
-		if a.At.Before(cooling) {
-			t.Fatalf("%s arrived %v before the cooldown the release before had recorded", a.ID, cooling.Sub(a.At))
+	put := func(sub tasks.Subscriber) tasks.Subscriber {
+		got, err := p.PutSubscriber(ctx, sub)
+		if err != nil {
+			t.Fatal(err)
 		}
+		rdb.HDel(ctx, keys.Gate(sub.ID), "cv") // the release before wrote no config version
+		return got
 	}
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := p.GetSubscriber(ctx, "held")
-	if err != nil || !held.Paused || held.PauseReason != tasks.PauseOperator {
-		t.Fatalf("the paused subscriber after the upgrade: %+v, %v; want still paused", held, err)
-	}
-	dead, _, err := p.DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: "old"})
-	if err != nil || len(dead) != 1 || dead[0].TaskID != "old:gone" || len(dead[0].Attempts) != 1 {
-		t.Fatalf("the old ledger after the upgrade: %+v, %v", dead, err)
-	}
-	// And the subscriber works in the new layout.
-	if _, err := p.Publish(ctx, tasks.Event{ID: "new", Type: "t", Data: json.RawMessage(`1`)}, nil); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Eventually(t, 10*time.Second, "a new event delivered", func() bool { return s.Count() == 4 })
-	// The old keys are left for a rollback.
-	if n, _ := rdb.Exists(ctx, v1.Subscribers(), v1.Paused(), v1.DeadLetter("old:gone")).Result(); n != 3 {
-		t.Fatalf("%d of the release before's 3 keys left; a rollback needs them", n)
-	}
-}
-
-// oldSubscriber writes a subscriber as the release before's API did: its
-// JSON (the paused field always false) in one hash.
-func oldSubscriber(t *testing.T, rdb redis.UniversalClient, ns, id, url, secret string) {
-	t.Helper()
-	b, _ := json.Marshal(map[string]any{"id": id, "url": url, "secrets": []string{secret}, "event_types": []string{},
-		"limit": map[string]any{"rate": 100, "burst": 100, "period": "1s"}, "max_in_flight": 10, "paused": false})
-	if err := rdb.HSet(context.Background(), tasks.Keys(ns).V1().Subscribers(), id, b).Err(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// oldTask enqueues a delivery as the release before did: payload without
-// a version, in the namespace's one queue, MaxRetry = attempts.
-func oldTask(t *testing.T, rdb redis.UniversalClient, ns, sub, eventID string) {
-	t.Helper()
-	d, _ := json.Marshal(map[string]any{"subscriber_id": sub, "event": tasks.Event{ID: eventID, Type: "t", Data: json.RawMessage(`{"v":1}`)},
-		"enqueued_at": time.Now(), "expires_at": time.Now().Add(time.Hour)})
-	c := asynq.NewClientFromRedisClient(rdb)
-	if _, err := c.Enqueue(asynq.NewTask(tasks.TypeDeliver, d), asynq.Queue(ns), asynq.TaskID(sub+":"+eventID), asynq.MaxRetry(8),
-		asynq.Retention(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// During a rolling upgrade the release before's API and producers keep
-// writing after this release's workers started: a task in its queue,
-// enqueued once the worker runs (its Server for that queue starts then),
-// for a subscriber the old API created after the migration (carried over
-// when its task comes) is delivered; a subscriber deleted through this
-// release stays deleted (its task is dropped, not the subscriber
-// resurrected from the old copy).
-func TestOldReleaseWritingDuringTheUpgrade(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	ns := testkit.Namespace("overlap")
-	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	t.Cleanup(func() { rdb.Close() })
-	s := testkit.NewSink(t, nil)
-	secret, _ := tasks.NewSecret()
-	oldSubscriber(t, rdb, ns, "early", s.URL, secret)
-	oldSubscriber(t, rdb, ns, "gone", s.URL, secret)
-	_, stop := startWorker(t, rdb, ns, worker.Config{})
-	defer stop()
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testkit.Eventually(t, 10*time.Second, "the old subscribers migrated", func() bool {
-		_, err := p.GetSubscriber(ctx, "gone")
-		return err == nil
-	})
+	a := put(tasks.Subscriber{ID: "a", URL: s.URL, EventTypes: []string{"t"}})
+	held := put(tasks.Subscriber{ID: "held", URL: s.URL, EventTypes: []string{"t"}, Paused: true})
+	gone := put(tasks.Subscriber{ID: "gone", URL: s.URL, EventTypes: []string{"t"}})
 	if err := p.DeleteSubscriber(ctx, "gone"); err != nil {
 		t.Fatal(err)
 	}
-	oldSubscriber(t, rdb, ns, "late", s.URL, secret)
-	oldTask(t, rdb, ns, "early", "e1")
-	oldTask(t, rdb, ns, "late", "e2")
-	oldTask(t, rdb, ns, "gone", "e3")
-	keys := tasks.Keys(ns)
-	testkit.Eventually(t, 30*time.Second, "the old queue's tasks delivered or dropped", func() bool {
-		return s.Count() == 2 && rdb.HGet(ctx, keys.Counters(), worker.DroppedDeleted).Val() == "1"
-	})
-	for _, a := range s.Got() {
-		if a.ID == "e3" {
-			t.Fatal("a deleted subscriber's task of the old queue was sent")
+	event := func(id string) tasks.Event {
+		return tasks.Event{ID: id, Type: "t", Timestamp: time.Now().UTC().Truncate(time.Second), Data: json.RawMessage(`{"id":"` + id + `"}`)}
+	}
+	notBefore := time.Now().Add(2 * time.Second)
+	for _, v2 := range []v2Task{
+		{sub: a, event: event("e1"), lane: tasks.LaneFresh},
+		{sub: a, event: event("e2"), lane: tasks.LaneBacklog},
+		{sub: a, event: event("e3"), lane: tasks.LaneBacklog, notBefore: notBefore},
+		{sub: held, event: event("e4"), lane: tasks.LaneBacklog},
+		{sub: gone, event: event("e5"), lane: tasks.LaneFresh},
+	} {
+		v2Publish(t, rdb, ns, 1, v2)
+	}
+	rdb.HSet(ctx, keys.LegacyCounters(), worker.DroppedDeleted, 3)
+
+	w, stop := startWorker(t, rdb, ns, worker.Config{})
+	defer stop()
+	testkit.Eventually(t, 20*time.Second, "the release before's three tasks of a delivered", func() bool { return s.Count() == 3 })
+	for _, got := range s.Got() {
+		var body struct {
+			ID   string          `json:"id"`
+			Data json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(got.Body, &body); err != nil || string(body.Data) != `{"id":"`+body.ID+`"}` {
+			t.Fatalf("sent %s (%v); want the stored event, its data included", got.Body, err)
+		}
+		if body.ID == "e3" && got.At.Before(notBefore) {
+			t.Fatalf("e3 sent %v before its not-before", notBefore.Sub(got.At))
+		}
+		if body.ID == "e4" || body.ID == "e5" {
+			t.Fatalf("%s sent: a paused or deleted subscriber's task", body.ID)
 		}
 	}
-	if _, err := p.GetSubscriber(ctx, "gone"); !errors.Is(err, producer.ErrUnknownSubscriber) {
-		t.Fatalf("the deleted subscriber after its old task: %v; want still unknown", err)
+	testkit.Eventually(t, 10*time.Second, "the deleted subscriber's task dropped and counted, once", func() bool {
+		c, err := worker.ReadCounters(ctx, rdb, ns)
+		return err == nil && c[worker.DroppedDeleted] == 4
+	})
+	if n := w.Stats().Adopted.Load(); n != 4 {
+		t.Errorf("%d tasks adopted; want 4 (e1-e4; e5's subscriber is gone)", n)
 	}
-	if late, err := p.GetSubscriber(ctx, "late"); err != nil || late.URL != s.URL {
-		t.Fatalf("the subscriber the old API created during the upgrade: %+v, %v", late, err)
+	for _, id := range []string{"a", "held"} {
+		if n, err := rdb.Exists(ctx, keys.LegacyLeftovers(id)...).Result(); err != nil || n != 0 {
+			t.Errorf("%d of subscriber %s's leftovers of the release before still there (%v)", n, id, err)
+		}
+	}
+	if _, err := p.Migrate(ctx, true); err != nil { // `hooklane migrate` after the old web processes are gone
+		t.Fatal(err)
+	}
+	if c, _ := worker.ReadCounters(ctx, rdb, ns); c[worker.DroppedDeleted] != 4 {
+		t.Errorf("counters after migrating again: %v; want dropped:deleted 4 (3 carried over once, 1 now)", c)
+	}
+
+	// The paused subscriber's task waits, parked, and goes on resume.
+	if got, err := p.GetDelivery(ctx, "held", "e4"); err != nil || got.State == tasks.StateDelivered {
+		t.Fatalf("the paused subscriber's delivery: %+v, %v; want waiting", got, err)
+	}
+	if err := p.SetPaused(ctx, "held", false); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the held task delivered on resume", func() bool { return s.Count() == 4 })
+	for _, id := range []string{"e1", "e2", "e3"} {
+		if d, err := p.GetDelivery(ctx, "a", id); err != nil || d.State != tasks.StateDelivered || d.AttemptsSpent != 1 {
+			t.Errorf("delivery a/%s: %+v, %v; want delivered on its first attempt", id, d, err)
+		}
+	}
+	// And the subscribers work in this release's layout.
+	if _, err := p.Publish(ctx, event("new"), nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "a new event delivered to both", func() bool { return s.Count() == 6 })
+	for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
+		if n := testkit.QueueSize(t, asynq.NewInspectorFromRedisClient(rdb), keys.LegacyQueue("", lane, 0)); n != 0 {
+			t.Errorf("the release before's %s queue holds %d tasks", lane, n)
+		}
 	}
 }
 
-// `hooklane migrate` carries over what the release before's API wrote after
-// the workers migrated the namespace (a subscriber created meanwhile) and
-// leaves what this release changed since (a subscriber's new URL) alone.
-func TestMigrateCommandCarriesOverLateWrites(t *testing.T) {
+// A task of a later release's payload version is never sent: it goes back
+// to its queue without spending an attempt (asynq's retry count stays 0),
+// and is logged and counted.
+func TestNewerTaskIsPutBackUnsent(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	ns := testkit.Namespace("migrate")
-	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	t.Cleanup(func() { rdb.Close() })
-	secret, _ := tasks.NewSecret()
-	oldSubscriber(t, rdb, ns, "a", "https://a.test/old", secret)
-	migrate := func() string {
-		t.Helper()
-		cmd := exec.Command(hooklaneBin(t), "migrate")
-		cmd.Env = []string{"REDIS_URL=" + redisURL(), "HOOKLANE_NAMESPACE=" + ns}
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("hooklane migrate: %v\n%s", err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	if got := migrate(); got != `{"subscribers":1,"dead_letters":0,"cooldowns":0}` {
-		t.Fatalf("first migrate reported %s; want one subscriber", got)
-	}
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
-	if err != nil {
+	b := setup(t, worker.Config{})
+	s := testkit.NewSink(t, nil)
+	b.put(t, tasks.Subscriber{ID: "a", URL: s.URL, EventTypes: []string{"t"}})
+	queue := tasks.Keys(b.ns).DeliveryQueue("", "a", tasks.LaneFresh, 1)
+	payload := []byte(`{"v":4,"subscriber_id":"a","event_id":"e1","what":"a field of a later release"}`)
+	if _, err := asynq.NewClientFromRedisClient(b.rdb).Enqueue(asynq.NewTask(tasks.TypeDeliver, payload),
+		asynq.TaskID("a:e1"), asynq.Queue(queue), asynq.MaxRetry(tasks.AsynqMaxRetry)); err != nil {
 		t.Fatal(err)
 	}
-	a, err := p.GetSubscriber(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
+	var info *asynq.TaskInfo
+	testkit.Eventually(t, 10*time.Second, "the newer task put back", func() bool {
+		var err error
+		info, err = b.insp.GetTaskInfo(queue, "a:e1")
+		return err == nil && info.State == asynq.TaskStateRetry
+	})
+	if info.Retried != 0 || !strings.Contains(info.LastErr, "newer release") {
+		t.Fatalf("put back with retried %d, error %q; want 0 and the reason", info.Retried, info.LastErr)
 	}
-	a.URL = "https://a.test/new"
-	if _, err := p.PutSubscriber(ctx, a); err != nil {
-		t.Fatal(err)
+	if until := time.Until(info.NextProcessAt); until < 50*time.Second {
+		t.Errorf("looked at again in %v; want about a minute", until)
 	}
-	oldSubscriber(t, rdb, ns, "b", "https://b.test/", secret)
-	if got := migrate(); got != `{"subscribers":1,"dead_letters":0,"cooldowns":0}` {
-		t.Fatalf("second migrate reported %s; want the one created since", got)
+	if b.w.Stats().Newer.Load() != 1 || s.Count() != 0 {
+		t.Fatalf("newer counted %d, sent %d; want 1 and none", b.w.Stats().Newer.Load(), s.Count())
 	}
-	if b, err := p.GetSubscriber(ctx, "b"); err != nil || b.URL != "https://b.test/" {
-		t.Fatalf("the subscriber created by the old API after the migration: %+v, %v", b, err)
-	}
-	if a, err := p.GetSubscriber(ctx, "a"); err != nil || a.URL != "https://a.test/new" {
-		t.Fatalf("the subscriber changed since the migration: %+v, %v; want its new URL kept", a, err)
-	}
+	testkit.Eventually(t, 5*time.Second, "refused:newer_task in the totals", func() bool {
+		tot, err := worker.ReadTotals(context.Background(), b.rdb, b.ns)
+		return err == nil && tot["refused:newer_task"] == 1
+	})
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -17,15 +18,19 @@ import (
 
 // Worker is hooklane's asynq server with the delivery handler.
 type Worker struct {
-	cfg      Config
-	rdb      redis.UniversalClient
-	ownRDB   bool
-	handler  asynq.Handler // runners, around the mux
-	runners  *runners
-	recorder *recorder
-	totals   *totals
-	h        *handler
-	stats    Stats
+	cfg    Config
+	rdb    redis.UniversalClient
+	ownRDB bool
+	// ap is the same Redis with commands sharing round trips
+	// (deploy.AutoPipeline), for asynq (the dequeues and completions of
+	// concurrent handlers go in one pipeline), the gates and the producer's
+	// hand-outs.
+	ap      redis.UniversalClient
+	handler asynq.Handler // runners, around the mux
+	runners *runners
+	totals  *totals
+	h       *handler
+	stats   Stats
 }
 
 // Stats returns the worker's live counters.
@@ -56,21 +61,26 @@ func New(cfg Config) (*Worker, error) {
 		}
 		w.rdb, w.ownRDB = rdb, true
 	}
+	ap, err := deploy.AutoPipeline(w.rdb)
+	if err != nil {
+		w.closeRDB()
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w.ap = ap
 	keys := tasks.Keys(cfg.Namespace)
 	h := &handler{
-		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.rdb), keys: keys, client: newHTTPClient(cfg),
+		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.ap), keys: keys, client: newHTTPClient(cfg),
 		room: newWaitRoom(cfg.MaxWaiters, cfg.MaxWaiting), subs: newSubCache(time.Second), log: cfg.Logger, stats: &w.stats,
 	}
-	var err error
-	if h.prod, err = producer.New(&producer.Config{Redis: w.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger,
+	// The producer hands out the dispatchers' deliveries and publishes
+	// operator events (no WATCH: it never changes a subscriber here).
+	if h.prod, err = producer.New(&producer.Config{Redis: w.ap, Namespace: cfg.Namespace, Logger: cfg.Logger,
 		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention}); err != nil {
 		w.closeRDB()
 		return nil, err
 	}
-	h.bg.init()
+	h.disp = newDispatchers(h)
 	w.h = h
-	h.recorder = newRecorder(h)
-	w.recorder = h.recorder
 	h.totals = newTotals(w.rdb, keys, cfg.Logger, &w.stats)
 	w.totals = h.totals
 	mux := asynq.NewServeMux()
@@ -86,11 +96,11 @@ func New(cfg Config) (*Worker, error) {
 func (w *Worker) Run(ctx context.Context) error {
 	w.warnAboutRedis(ctx)
 	go w.totals.run()
-	defer w.totals.close() // after the recorder's: its last batch adds to the totals
-	go w.recorder.run()
-	defer w.recorder.close() // before the Redis client closes: its last batch goes out
+	defer w.totals.close() // its last sums go out before the Redis client closes
+	reports := newReports(w.h)
 	srvs, err := w.startServers(ctx)
 	if err != nil {
+		w.h.disp.stop()
 		w.closeRDB()
 		if ctx.Err() != nil {
 			return nil // stopped while waiting for Redis
@@ -101,20 +111,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.ownRDB {
 		attrs = append(attrs, "redis", w.cfg.RedisConfig) // passwords redacted
 	}
-	w.h.bg.goDeadReports(w.h)
+	reports.start()
 	w.cfg.Logger.Info("worker started", attrs...)
 	<-ctx.Done()
 	w.cfg.Logger.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
+	w.h.disp.stop() // no more hand-outs: what is parked stays parked
 	srvs.shutdown()
 	w.runners.close()
-	w.h.bg.stop()
-	w.recorder.close()
+	reports.stop()
 	w.totals.close()
 	w.h.client.CloseIdleConnections()
-	if w.ownRDB {
-		return w.rdb.Close()
-	}
-	return nil
+	return w.closeRDB()
 }
 
 // Close releases the Redis connection the Worker opened, for a Worker that
@@ -122,10 +129,14 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) Close() error { return w.closeRDB() }
 
 func (w *Worker) closeRDB() error {
-	if w.ownRDB {
-		return w.rdb.Close()
+	var err error
+	if w.ap != nil {
+		err = w.ap.Close()
 	}
-	return nil
+	if w.ownRDB {
+		err = errors.Join(err, w.rdb.Close())
+	}
+	return err
 }
 
 // asynqLogger adapts slog to asynq.Logger.

@@ -41,7 +41,7 @@ func (e *env) queuesOf(ctx context.Context, ns string) []string {
 			}
 		}
 	}
-	qs := []string{keys.LegacyQueue()}
+	var qs []string
 	for _, r := range regions {
 		for i := range shards {
 			qs = append(qs, keys.ShardQueue(r, tasks.LaneFresh, i), keys.ShardQueue(r, tasks.LaneBacklog, i))
@@ -50,10 +50,34 @@ func (e *env) queuesOf(ctx context.Context, ns string) []string {
 	return qs
 }
 
-// settled reports whether queues have nothing left to run.
-func (e *env) settled(ctx context.Context, queues []string) bool {
-	q, err := backlog(ctx, e.rdb, queues)
-	return err == nil && q.Backlog() == 0
+// stock is where a namespace's undelivered work sits: its asynq queues,
+// and each subscriber's lot (parked, not handed out yet) and hand-outs
+// (handed to asynq, not taken by a run yet, so a task may sit in both a
+// queue and out, or for a moment in out alone).
+type stock struct {
+	queues, lots, outs []string
+}
+
+// stockOf is namespace ns's stock: queuesOf and the schedule of every
+// subscriber it has.
+func (e *env) stockOf(ctx context.Context, ns string) stock {
+	st := stock{queues: e.queuesOf(ctx, ns)}
+	keys := tasks.Keys(ns)
+	ids, _ := e.rdb.ZRange(ctx, keys.SubscriberIDs(), 0, -1).Result()
+	for _, id := range ids {
+		g := keys.Gates(id)
+		st.lots, st.outs = append(st.lots, g.Lot), append(st.outs, g.Out)
+	}
+	return st
+}
+
+// onlyQueues is a stock of plain asynq queues (the floor's).
+func onlyQueues(qs ...string) stock { return stock{queues: qs} }
+
+// settled reports whether st has nothing left to run.
+func (e *env) settled(ctx context.Context, st stock) bool {
+	q, err := backlog(ctx, e.rdb, st)
+	return err == nil && q.Backlog() == 0 && q.handedOut == 0
 }
 
 // waitFor polls cond every 100ms until it holds (true) or timeout or ctx

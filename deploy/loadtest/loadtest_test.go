@@ -32,9 +32,9 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		// The rate-enforcing endpoints enforce 0.8 of the registered rate
 		// with twice its burst, so that they answer 429 in every run
 		// (checkViralAdversary) instead of when a request lands early.
-		Viral: &ViralSpec{Events: 150, BurstRate: 300, CRMDown: 3 * time.Second,
+		Viral: &ViralSpec{Events: 150, BurstRate: 300, CRMDown: 2 * time.Second,
 			SlowDelay: 100 * time.Millisecond, Extras: true, EnforceRate: 0.8, EnforceBurst: 2},
-		Spike: &SpikeSpec{BaseRate: 4, Multipliers: []int{3, 10}, Baseline: 2 * time.Second,
+		Spike: &SpikeSpec{BaseRate: 4, Multipliers: []int{10}, Baseline: time.Second,
 			Hold: 3 * time.Second, CappedRate: 20},
 		Throughput: &ThroughputSpec{Subscribers: 3, Events: 100},
 		// Short backoff so the down CRM and the flaky endpoint settle in

@@ -13,8 +13,9 @@ import (
 
 // The harness waits for, samples and lists dead letters in the queues it
 // derives from a namespace's layout: with several shards and a region it
-// must find the queue of every task the producer writes, or a scenario
-// would stop waiting while tasks are still queued.
+// must find the queue of every task the producer writes, and the lot of
+// every subscriber, or a scenario would stop waiting while tasks are
+// still queued or parked.
 func TestQueuesOfFindsEveryShardAndRegion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -53,6 +54,13 @@ func TestQueuesOfFindsEveryShardAndRegion(t *testing.T) {
 	if _, err := p.Publish(ctx, tasks.Event{ID: "e1", Type: "t", Data: []byte(`1`)}, nil); err != nil {
 		t.Fatal(err)
 	}
+	// A paused subscriber's delivery is parked in its lot, not queued.
+	if err := p.SetPaused(ctx, subs[0].ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish(ctx, tasks.Event{ID: "e2", Type: "t", Data: []byte(`2`)}, nil); err != nil {
+		t.Fatal(err)
+	}
 	e := &env{rdb: rdb}
 	qs := e.queuesOf(ctx, ns)
 	keys := tasks.Keys(ns)
@@ -63,14 +71,17 @@ func TestQueuesOfFindsEveryShardAndRegion(t *testing.T) {
 			}
 		}
 	}
-	if want := 1 + 2*2*shards; len(qs) != want {
-		t.Errorf("%d queues %v, want %d (legacy + 2 regions × 2 lanes × %d shards)", len(qs), qs, want, shards)
+	if want := 2 * 2 * shards; len(qs) != want {
+		t.Errorf("%d queues %v, want %d (2 regions × 2 lanes × %d shards)", len(qs), qs, want, shards)
 	}
-	q, err := backlog(ctx, rdb, qs)
+	q, err := backlog(ctx, rdb, e.stockOf(ctx, ns))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.Backlog() != int64(len(subs)) {
-		t.Errorf("backlog %+v, want the %d tasks published", q, len(subs))
+	if q.Backlog() != 2*int64(len(subs)) || q.Later != 1 {
+		t.Errorf("backlog %+v, want the %d tasks published, the one parked later", q, 2*len(subs))
+	}
+	if e.settled(ctx, e.stockOf(ctx, ns)) {
+		t.Error("settled with work queued and parked")
 	}
 }

@@ -288,7 +288,7 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 	self0 := selfCPU()
 	sctx, stopSampler := context.WithCancel(ctx)
 	smp, sdone := &sampler{}, make(chan struct{})
-	go func() { smp.run(sctx, e.rdb, func() []string { return e.queuesOf(sctx, ns) }, sc.start); close(sdone) }()
+	go func() { smp.run(sctx, e.rdb, func() stock { return e.stockOf(sctx, ns) }, sc.start); close(sdone) }()
 
 	berr := body(ctx, sc)
 	var expect float64
@@ -296,7 +296,7 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 		expect = math.Max(expect, s.minDrain(led.Count(s.ID)))
 	}
 	timeout := min(e.cfg.Timeout, time.Duration((3*expect+60)*float64(time.Second)))
-	if berr == nil && !waitFor(ctx, timeout, func() bool { return e.settled(ctx, e.queuesOf(ctx, ns)) }) {
+	if berr == nil && !waitFor(ctx, timeout, func() bool { return e.settled(ctx, e.stockOf(ctx, ns)) }) {
 		r.Notes = append(r.Notes, fmt.Sprintf("queue did not settle within %s", timeout.Round(time.Second)))
 	}
 	end := time.Now()

@@ -133,7 +133,7 @@ func (e *env) runThroughput(ctx context.Context, r *ScenarioReport) error {
 		r.Generator = mergeGen(r.Generator, gen)
 		tp.HooklaneRounds = append(tp.HooklaneRounds, hl)
 	}
-	if !waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, e.queuesOf(ctx, ns)) }) {
+	if !waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, e.stockOf(ctx, ns)) }) {
 		r.Notes = append(r.Notes, "queue did not settle")
 	}
 	end := time.Now()
@@ -179,7 +179,7 @@ func median(rs []PathResult) PathResult {
 // on ids than it had, and measures what it cost. Between the two Redis
 // snapshots only the receiver is polled (in this process), so Redis'
 // counters are the server's alone.
-func (e *env) drain(ctx context.Context, start func() (group, error), ids []string, want int, settledQ func() []string) (PathResult, error) {
+func (e *env) drain(ctx context.Context, start func() (group, error), ids []string, want int, where func() stock) (PathResult, error) {
 	base := map[string]int{}
 	count := func() int {
 		n := 0
@@ -202,8 +202,11 @@ func (e *env) drain(ctx context.Context, start func() (group, error), ids []stri
 	}
 	ok := waitFor(ctx, e.cfg.Timeout, func() bool { return count() >= want })
 	after, serr := e.redisSnapshot(ctx)
-	cpu, procs, self := srv.CPU(), srv.stats(), selfCPU()-self0
-	waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, settledQ()) })
+	cpu, self := srv.CPU(), selfCPU()-self0
+	waitFor(ctx, time.Minute, func() bool { return e.settled(ctx, where()) })
+	// A worker counts a delivery once its outcome is committed, a moment
+	// after the receiver saw it: its counts are read once the work settled.
+	procs := srv.stats()
 	rss, perr := srv.Stop()
 	if err := errors.Join(serr, perr); err != nil {
 		return PathResult{}, err
@@ -269,7 +272,7 @@ func (e *env) floorRound(ctx context.Context, ts ThroughputSpec, round int, ids 
 		}
 		return group{p}, nil
 	}
-	return e.drain(ctx, start, ids, n, func() []string { return []string{queue} })
+	return e.drain(ctx, start, ids, n, func() stock { return onlyQueues(queue) })
 }
 
 // hooklaneRound publishes the backlog with no worker running, then
@@ -281,7 +284,7 @@ func (e *env) hooklaneRound(ctx context.Context, ts ThroughputSpec, round int, n
 	for i, s := range subs {
 		ids[i] = s.ID
 	}
-	pr, err := e.drain(ctx, func() (group, error) { return e.startWorkers(ctx, ns) }, ids, ts.Events*len(subs), func() []string { return e.queuesOf(ctx, ns) })
+	pr, err := e.drain(ctx, func() (group, error) { return e.startWorkers(ctx, ns) }, ids, ts.Events*len(subs), func() stock { return e.stockOf(ctx, ns) })
 	return pr, gs, err
 }
 

@@ -29,6 +29,9 @@ func Ended(insp *asynq.Inspector, rdb redis.UniversalClient, ns, sub, eventID st
 		return asynq.TaskStateArchived, info.LastErr, nil
 	case terr == nil:
 		return info.State, info.LastErr, nil
+	case errors.Is(terr, asynq.ErrTaskNotFound) && st != "" && st != tasks.StateDelivered && st != tasks.StateDead:
+		// Parked in its subscriber's schedule, or handed out: waiting.
+		return asynq.TaskStateScheduled, "in its subscriber's schedule, delivery record state " + st, nil
 	case errors.Is(terr, asynq.ErrTaskNotFound):
 		return 0, "task not found, delivery record state " + st, nil
 	}

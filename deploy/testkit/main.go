@@ -14,9 +14,9 @@ import (
 )
 
 // Main is a test package's TestMain: it starts a redis-server on a free
-// 127.0.0.1 port, stores it in *srv, runs the tests, stops Redis, runs
-// cleanups, and fails the run if a test left a goroutine behind. It does
-// not return.
+// 127.0.0.1 port, stores it in *srv (none when srv is nil), runs the
+// tests, stops Redis, runs cleanups, and fails the run if a test left a
+// goroutine behind. It does not return.
 //
 //	var redisSrv *deploy.Redis
 //	func TestMain(m *testing.M) { testkit.Main(m, &redisSrv) }
@@ -27,14 +27,19 @@ func Main(m *testing.M, srv **deploy.Redis, cleanups ...func()) {
 func run(m *testing.M, srv **deploy.Redis, cleanups []func()) int {
 	// Fault tests stop Redis on purpose; go-redis would log every refused dial.
 	redis.SetLogger(quietRedis{})
-	r, err := deploy.StartRedis(context.Background(), deploy.RedisOpts{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "testkit:", err)
-		return 1
+	var r *deploy.Redis
+	if srv != nil {
+		var err error
+		if r, err = deploy.StartRedis(context.Background(), deploy.RedisOpts{}); err != nil {
+			fmt.Fprintln(os.Stderr, "testkit:", err)
+			return 1
+		}
+		*srv = r
 	}
-	*srv = r
 	code := m.Run()
-	r.Stop()
+	if r != nil {
+		r.Stop()
+	}
 	for _, f := range cleanups {
 		f()
 	}

@@ -30,3 +30,13 @@ func PollEvery(timeout, every time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// Heavy skips a test under -short (`make test-short`, the developer's
+// loop): one that starts processes, a Cluster or Sentinel set, a browser,
+// or measures over seconds. why says which.
+func Heavy(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: " + why)
+	}
+}

@@ -1,11 +1,13 @@
 package testkit
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/tasks"
 )
@@ -101,4 +103,40 @@ func QueueSize(t testing.TB, insp *asynq.Inspector, queue string) int {
 		t.Fatalf("reading queue %s: %v", queue, err)
 	}
 	return q.Size
+}
+
+// Parked is how many of namespace ns's deliveries wait in their
+// subscribers' schedules (parked in a lot, or handed to asynq and not yet
+// taken): what asynq's queues do not show.
+func Parked(ctx context.Context, rdb redis.UniversalClient, ns string) (int64, error) {
+	keys := tasks.Keys(ns)
+	ids, err := rdb.ZRange(ctx, keys.SubscriberIDs(), 0, -1).Result()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, id := range ids {
+		k := keys.Gates(id)
+		lot, err := rdb.ZCard(ctx, k.Lot).Result()
+		if err != nil {
+			return 0, err
+		}
+		out, err := rdb.ZCard(ctx, k.Out).Result()
+		if err != nil {
+			return 0, err
+		}
+		n += lot + out
+	}
+	return n, nil
+}
+
+// Settled reports whether namespace ns has nothing left to run: its
+// queues and its subscribers' schedules are empty.
+func Settled(t testing.TB, rdb redis.UniversalClient, insp *asynq.Inspector, ns string) bool {
+	q, err := QueueInfo(insp, ns)
+	if err != nil || q.Pending+q.Active+q.Scheduled+q.Retry+q.Aggregating != 0 {
+		return false
+	}
+	n, err := Parked(context.Background(), rdb, ns)
+	return err == nil && n == 0
 }

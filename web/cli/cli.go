@@ -21,7 +21,7 @@ import (
 const Usage = `operator commands (over the API at $HOOKLANE_URL, default http://127.0.0.1:$PORT, with $HOOKLANE_API_TOKEN):
   hooklane publish -type T [-id ID] [-data JSON|@file] [-to SUBSCRIBER] [-not-before RFC3339|+DURATION]
   hooklane subscribers list
-  hooklane subscribers get|status|delete|pause|resume ID
+  hooklane subscribers get|status|delete|pause|resume|end-cooldown ID
   hooklane subscribers put ID -url URL [-events a,b.*] [-rate N -burst N -period 1s] [-max-in-flight N] [-max-attempts N] [-secret whsec_…] [-metrics]
   hooklane subscribers rotate ID [-grace 24h]
   hooklane deliveries list SUBSCRIBER [-state S] [-since T] [-until T] [-limit N] [-cursor C]
@@ -62,6 +62,7 @@ func RunWith(ctx context.Context, c *Client, args []string, stdout io.Writer) er
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
 		return enc.Encode(v)
 	}
 	if len(args) == 0 {
@@ -163,6 +164,8 @@ func subscribersCLI(ctx context.Context, c *Client, args []string, out func(any,
 		return out(map[string]string{"deleted": id}, c.DeleteSubscriber(ctx, id))
 	case "pause", "resume":
 		return out(c.SetPaused(ctx, id, cmd == "pause"))
+	case "end-cooldown":
+		return out(c.EndCooldown(ctx, id))
 	case "rotate":
 		fs := newFlags("rotate")
 		grace := fs.String("grace", "", "how long the old secret keeps signing (default 24h; 0s: stop now)")

@@ -137,6 +137,13 @@ func (c *Client) RotateSecret(ctx context.Context, id, grace string) (web.Subscr
 	return s, err
 }
 
+// EndCooldown ends subscriber id's cooldown now and returns its status.
+func (c *Client) EndCooldown(ctx context.Context, id string) (web.Status, error) {
+	var st web.Status
+	_, err := c.do(ctx, "POST", subPath(id)+"/cooldown/end", nil, &st)
+	return st, err
+}
+
 // Status returns subscriber id's limit, cooldown, in-flight and counts.
 func (c *Client) Status(ctx context.Context, id string) (web.Status, error) {
 	var s web.Status

@@ -26,7 +26,7 @@ type Options struct {
 	// HOOKLANE_API_TOKEN and HOOKLANE_NAMESPACE; the worker's other
 	// variables come from the process environment (worker.FromEnv).
 	Getenv func(string) string
-	// Out gets the banner: the UI's address and token.
+	// Out gets the banner: the console's and asynqmon's addresses and the token.
 	Out io.Writer
 	// Logger gets the processes' logs.
 	Logger *slog.Logger
@@ -146,6 +146,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(o.Out, `
   hooklane is running.
+    console       %[1]s/console/   (user: anything, password: %[2]s)
+                  or open %[4]s
     asynqmon UI   %[1]s/monitoring/   (user: anything, password: %[2]s)
                   or open %[3]s
     API           curl -H 'Authorization: Bearer %[2]s' %[1]s/v1/subscribers
@@ -153,9 +155,11 @@ func Run(ctx context.Context, o Options) error {
     metrics       curl -H 'Authorization: Bearer %[2]s' %[1]s/metrics
   Within a minute: demo-fast delivered, demo-limited retrying on its Retry-After,
   demo-down's breaker open (subscribers status demo-down), its first events in
-  the dead letters (Archived tab), the rest held. Ctrl-C stops everything.
+  the dead letters (console: demo-down; asynqmon: Archived tab), the rest held.
+  Ctrl-C stops everything.
 
-`, base, token, "http://hooklane:"+token+"@"+ln.Addr().String()+"/monitoring/")
+`, base, token, "http://hooklane:"+token+"@"+ln.Addr().String()+"/monitoring/",
+		"http://hooklane:"+token+"@"+ln.Addr().String()+"/console/")
 	if o.Events > 0 {
 		go progress(ctx, cli.NewClient(base, token), o.Out, 3*time.Second)
 	}

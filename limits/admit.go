@@ -1,0 +1,381 @@
+package limits
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// KEYS: 1 gate, 2 cooldown, 3 inflight, 4 gcra, 5 lot, 6 out, 7 exp, 8
+// fresh, 9 the delivery's record, 10 the subscriber's counters. ARGV: 1 event id, 2 the run's token, 3
+// slot ttl ms, 4 reserve ms (the longest a rate slot is booked ahead and
+// waited for in the worker), 5 "1" when this run booked its rate slot
+// before (a second Admit after waiting for it: the rate is not asked
+// again), then Pace.args: 6 rate, 7 burst, 8 period ms, 9 max in flight,
+// 10 lead ms, 11 max wait ms, 12 fresh max, 13 adaptive increase per ms,
+// 14 ramp ms.
+//
+// Reply {code, …}:
+//
+//	0 admitted: an in-flight slot is the run's, the record in flight and
+//	  owned by the run's token, one more request counted. {0, flags ("p"
+//	  the breaker's probe, "f" a streak of failures on record, "l" it took
+//	  over from a run that died), spent before (c), max attempts, horizon
+//	  ms, due ms, published ms, type, requests (n), config version, now ms}
+//	1 drop: nothing to send (no such subscriber, another generation, no
+//	  record, delivered, or owned by another run's parked copy) {1, why}
+//	2 dead already: archive this copy {2}
+//	3 past its horizon: dead-letter it; the run owns it {3, horizon ms, now ms}
+//	4 every in-flight slot taken: nothing written {4}
+//	5 a rate slot booked ms ahead: wait, then Admit again with ARGV[5] {5, ms}
+//	6 parked (the state, and when its subscriber needs a turn, -1 none)
+//	7 a live run owns it: look again in ms {7, ms}
+//
+// The record's state decides first: only a delivery that no live run owns
+// and that has not ended may be taken. Then the gates, in order: paused,
+// breaker (only the probe passes), cooldown, rate (a slot within the
+// reservation horizon is booked and waited for; a later one parks the
+// delivery at it), in-flight slots. A refusal parks the delivery in the
+// lot (one write, in this step), except a full set of slots, which writes
+// nothing: the worker may wait for a slot (up to MaxWait) and parks it
+// with Park if none frees.
+var admitScript = script(`
+local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
+  fresh = KEYS[8], rec = KEYS[9], stats = KEYS[10]}
+local ev, token = ARGV[1], ARGV[2]
+local f = gate_fields(k.gate)
+local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'm', 'c', 'u', 'p', 't', 'n', 'pk', 'nx')
+if not f.gen then return {1, 'the subscriber was deleted'} end
+if not d[1] then return {1, 'no delivery record (past its retention)'} end
+if d[1] ~= f.gen then return {1, 'the subscriber was deleted and created again since'} end
+if d[2] == 'delivered' then return {1, 'delivered already'} end
+if d[2] == 'dead' then return {2} end
+local now, t = now_ms()
+local function admitted(flags, spent, requests)
+  return {0, flags, spent, d[5] or '1', d[4] or '0', d[7] or '0', d[8] or '0', d[9] or '', requests, f.cv or '', now}
+end
+local flags = ''
+if d[11] == token then return {6, d[2], -1} end -- parked by this run: a retried call
+if d[3] == token and d[2] == 'in_flight' then -- admitted this run: a retried call
+  return admitted('', tonumber(d[6] or '1') - 1, tonumber(d[10] or '1'))
+end
+if d[3] and d[3] ~= token then
+  local slot = tonumber(redis.call('ZSCORE', k.inflight, d[3]) or '0')
+  if slot > now then return {7, slot - now} end
+  if d[2] == 'in_flight' then flags = 'l' end
+end
+local x = tonumber(d[4]) or 0
+if x > 0 and x <= now then
+  redis.call('HSET', k.rec, 'tk', token)
+  return {3, x, now}
+end
+local parked = tonumber(redis.call('ZSCORE', k.lot, ev) or '-1')
+if parked > now then return {6, d[2], -1} end
+local function refuse(state, at, notify)
+  park(k, ev, state, at, x > 0 and x or nil)
+  redis.call('HSET', k.rec, 'pk', token)
+  redis.call('HINCRBY', k.stats, 'deferred:' .. state, 1)
+  return {6, state, notify}
+end
+if f.paused then return refuse('held', now, -1) end
+local probe = false
+if f.b_open then
+  if f.b_pe ~= ev then return refuse('held', now, math.max(tonumber(f.b_next) or now, tonumber(f.b_probe) or now)) end
+  probe = true
+end
+local cool = tonumber(redis.call('GET', k.cool) or '0')
+if cool > now then
+  if probe then redis.call('HDEL', k.gate, 'b_probe', 'b_pe') end
+  return refuse('cooling', cool, cool)
+end
+local reserved = ARGV[5] == '1' and d[3] == token
+local new_tat, ttl_s
+if not reserved then
+  local rate, burst = effective(k.gate, f, now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[13]), tonumber(ARGV[14]))
+  local T = tonumber(ARGV[8]) / 1000 / rate
+  local nows = gcra_now(t)
+  local tat = math.max(tonumber(redis.call('GET', k.gcra) or '0'), nows)
+  new_tat = tat + T
+  local wait = new_tat - T * burst - nows
+  ttl_s = math.max(1, math.ceil(new_tat - nows))
+  if wait > 0 and (probe or wait * 1000 > tonumber(ARGV[4])) then
+    local at = now + math.ceil(wait * 1000)
+    if probe then redis.call('HDEL', k.gate, 'b_probe', 'b_pe') end
+    return refuse('scheduled', at, at)
+  end
+  if wait > 0 then
+    redis.call('SET', k.gcra, new_tat, 'EX', ttl_s)
+    redis.call('ZREM', k.out, ev)
+    if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev) end
+    redis.call('HSET', k.rec, 'tk', token, 's', 'pending')
+    return {5, math.ceil(wait * 1000)}
+  end
+end
+-- Slots whose run vanished lapse: they are trimmed when the live ones
+-- look full.
+if redis.call('ZCOUNT', k.inflight, now, '+inf') >= tonumber(ARGV[9]) then
+  redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
+  if redis.call('ZCARD', k.inflight) >= tonumber(ARGV[9]) then return {4} end
+end
+if not reserved then redis.call('SET', k.gcra, new_tat, 'EX', ttl_s) end
+redis.call('ZADD', k.inflight, now + tonumber(ARGV[3]), token)
+redis.call('PEXPIRE', k.inflight, tonumber(ARGV[3]) + 1000)
+redis.call('ZREM', k.out, ev)
+if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev) end
+local spent, requests = tonumber(d[6] or '0'), tonumber(d[10] or '0') + 1
+redis.call('HSET', k.rec, 's', 'in_flight', 'tk', token, 'n', requests, 'c', spent + 1)
+if d[12] then redis.call('HDEL', k.rec, 'nx') end
+if probe then
+  redis.call('HSET', k.gate, 'b_probe', now + tonumber(ARGV[3]))
+  flags = flags .. 'p'
+elseif f.b_fails then
+  flags = flags .. 'f'
+end
+return admitted(flags, spent, requests)`)
+
+// Admission is Admit's answer. Durations are from now, in Redis' clock.
+type Admission struct {
+	// Admitted: the run owns the delivery and an in-flight slot; the rest
+	// of these fields describe the delivery (from its record).
+	Admitted bool
+	Probe    bool // admitted as the open breaker's probe
+	Streak   bool // failures in a row on record: an answer that is not one ends the streak
+	TookOver bool // from a run whose worker died mid-request (its attempt is counted)
+	// Spent is the attempts spent in this series before this run; Max the
+	// delivery's budget; Requests the requests made, this one included.
+	Spent, Max, Requests int
+	Expires, Due         time.Time
+	Published            time.Time
+	EventType            string
+	ConfigVersion        string // the subscriber's configuration version (gate record "cv")
+	Now                  time.Time
+
+	Drop        string        // not empty: nothing to send, why
+	DeadAlready bool          // the record is dead: this copy belongs in the archive
+	Expired     bool          // past its horizon (Expires): dead-letter it
+	Busy        bool          // every in-flight slot is taken; nothing written
+	SendIn      time.Duration // a rate slot booked this far ahead: wait, then Admit with Reserved
+	// Parked: refused and parked in the lot in State; Notify is when its
+	// subscriber needs a turn (zero: none needed).
+	Parked bool
+	State  string
+	Notify time.Time
+	// OwnedFor: a live run owns the delivery, its slot for this much longer.
+	OwnedFor time.Duration
+	// Value, Found, ReadErr: AdmitRequest.Read's key, read in the same round trip.
+	Value   map[string]string
+	Found   bool
+	ReadErr error
+}
+
+// AdmitRequest is what Admit checks one run against.
+type AdmitRequest struct {
+	EventID string
+	Token   string        // the run's (NewToken)
+	SlotTTL time.Duration // a slot whose run vanished frees itself after this
+	// Reserve is the longest a rate slot is booked ahead and waited for.
+	Reserve time.Duration
+	// Reserved: this run booked its rate slot before (SendIn) and waited.
+	Reserved bool
+	Pace     Pace
+	// Read: the delivery's stored event (a hash), whose field ReadField
+	// (the body) is read in the same round trip; Legacy: the release
+	// before's (a string), read only when the hash holds none; "" none.
+	Read, ReadField, Legacy string
+}
+
+// NewToken names one run of a delivery: its in-flight slot and the record's
+// owner.
+func NewToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Admit runs a delivery's run through its record and its gates in one
+// round trip (see admitScript), with the read of its stored event.
+func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admission, error) {
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(r.EventID), k.Stats}
+	args := append([]any{r.EventID, r.Token, r.SlotTTL.Milliseconds(), r.Reserve.Milliseconds(), flag(r.Reserved)}, r.Pace.args()...)
+	if r.Read == "" {
+		return admission(g.run(ctx, admitScript, keys, args...))
+	}
+	var body *redis.StringCmd
+	var admit *redis.Cmd
+	_, _ = g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		body = p.HGet(ctx, r.Read, r.ReadField)
+		admit = admitScript.EvalSha(ctx, p, keys, args...)
+		return nil
+	})
+	res, aerr := admit.Slice()
+	if IsNoScript(aerr) { // Redis does not know it yet: sent again in full
+		res, aerr = admitScript.Eval(ctx, g.rdb, keys, args...).Slice()
+	}
+	a, err := admission(res, aerr)
+	switch v, rerr := body.Result(); {
+	case rerr == nil:
+		a.Value, a.Found = map[string]string{r.ReadField: v}, true
+	case !errors.Is(rerr, redis.Nil):
+		a.ReadErr = rerr
+	case r.Legacy != "":
+		// Not stored by this release: the release before's string, read
+		// apart (only its adopted deliveries pay the round trip).
+		if v, lerr := g.rdb.Get(ctx, r.Legacy).Result(); lerr == nil {
+			a.Value, a.Found = map[string]string{"": v}, true
+		} else if !errors.Is(lerr, redis.Nil) {
+			a.ReadErr = lerr
+		}
+	}
+	return a, err
+}
+
+// admission reads admitScript's reply.
+func admission(res []any, err error) (Admission, error) {
+	if err != nil {
+		return Admission{}, err
+	}
+	r := replyStrings(res)
+	if len(r) == 0 {
+		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
+	}
+	ms := func(i int) time.Time {
+		if i >= len(r) {
+			return time.Time{}
+		}
+		n, _ := strconv.ParseInt(r[i], 10, 64)
+		if n <= 0 {
+			return time.Time{}
+		}
+		return time.UnixMilli(n)
+	}
+	dur := func(i int) time.Duration {
+		n, _ := strconv.ParseInt(r[i], 10, 64)
+		return time.Duration(n) * time.Millisecond
+	}
+	switch r[0] {
+	case "0":
+		if len(r) < 11 {
+			return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
+		}
+		a := Admission{Admitted: true, EventType: r[7], ConfigVersion: r[9], Expires: ms(4), Due: ms(5), Published: ms(6), Now: ms(10)}
+		for _, c := range r[1] {
+			switch c {
+			case 'p':
+				a.Probe = true
+			case 'f':
+				a.Streak = true
+			case 'l':
+				a.TookOver = true
+			}
+		}
+		a.Spent, _ = strconv.Atoi(r[2])
+		a.Max, _ = strconv.Atoi(r[3])
+		a.Requests, _ = strconv.Atoi(r[8])
+		return a, nil
+	case "1":
+		return Admission{Drop: r[1]}, nil
+	case "2":
+		return Admission{DeadAlready: true}, nil
+	case "3":
+		return Admission{Expired: true, Expires: ms(1), Now: ms(2)}, nil
+	case "4":
+		return Admission{Busy: true}, nil
+	case "5":
+		return Admission{SendIn: max(dur(1), time.Millisecond)}, nil
+	case "6":
+		return Admission{Parked: true, State: r[1], Notify: ms(2)}, nil
+	case "7":
+		return Admission{OwnedFor: max(dur(1), time.Millisecond)}, nil
+	}
+	return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
+}
+
+// KEYS: 1 gate, 2 lot, 3 out, 4 exp, 5 fresh, 6 record, 7 counters. ARGV:
+// 1 event id, 2 token, 3 state, 4 earliest hand-out ms from now (0: now),
+// 5 why (counted as "deferred:<why>"). Parks a
+// delivery this run was handed but did not take (every in-flight slot
+// stayed taken for MaxWait), or one it took a rate slot for and lost its
+// chance (the record is its token's, or handed out and nobody's). Reply:
+// {1} parked, {0} not (another run has it, or it ended).
+var parkScript = script(`
+local k = {gate = KEYS[1], lot = KEYS[2], out = KEYS[3], exp = KEYS[4], fresh = KEYS[5], rec = KEYS[6]}
+local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'pk')
+if d[5] == ARGV[2] then return {1} end -- parked by this run: a retried call
+local gen = redis.call('HGET', k.gate, 'gen')
+if not gen or d[1] ~= gen or d[2] ~= 'pending' or (d[3] and d[3] ~= ARGV[2]) then return {0} end
+local now = now_ms()
+park(k, ARGV[1], ARGV[3], now + tonumber(ARGV[4]), tonumber(d[4]))
+redis.call('HSET', k.rec, 'pk', ARGV[2])
+redis.call('HINCRBY', KEYS[7], 'deferred:' .. ARGV[5], 1)
+return {1}`)
+
+// Park parks a delivery handed to this run that it did not take (see
+// parkScript), to be handed out again after in; why is counted.
+func (g *Gates) Park(ctx context.Context, k GateKeys, eventID, token, state, why string, in time.Duration) (bool, error) {
+	n, err := g.run(ctx, parkScript, []string{k.Record, k.Lot, k.Out, k.Exp, k.Fresh, k.record(eventID), k.Stats},
+		eventID, token, state, in.Milliseconds(), why)
+	if err != nil {
+		return false, err
+	}
+	return len(n) > 0 && n[0] == int64(1), nil
+}
+
+// KEYS: 1 gate, 2 lot, 3 exp, 4 fresh, 5 record. ARGV: 1 event id, 2 the
+// generation it was published for, 3 max attempts, 4 horizon ms, 5 due
+// ms, 6 published ms, 7 type, 8 attempts spent, 9 its task id (the
+// release before's fresh-lane entry). Reply {1, due} adopted: parked in
+// the lot; {0} dropped (another generation, or ended).
+var adoptScript = script(`
+local k = {gate = KEYS[1], lot = KEYS[2], exp = KEYS[3], fresh = KEYS[4], rec = KEYS[5]}
+local gen = redis.call('HGET', k.gate, 'gen')
+if not gen or gen ~= ARGV[2] then return {0} end
+local d = redis.call('HMGET', k.rec, 'g', 's', 'x')
+if d[1] and d[1] ~= gen then return {0} end
+if d[2] == 'delivered' or d[2] == 'dead' then return {0} end
+if not d[1] then
+  redis.call('HSET', k.rec, 'g', gen, 't', ARGV[7], 'p', ARGV[6], 'u', ARGV[5])
+end
+if not d[3] then redis.call('HSET', k.rec, 'x', ARGV[4], 'm', ARGV[3], 'c', ARGV[8]) end
+local now = now_ms()
+local due = math.max(now, tonumber(ARGV[5]))
+redis.call('ZADD', k.lot, due, ARGV[1])
+redis.call('ZADD', k.exp, tonumber(d[3] or ARGV[4]), ARGV[1])
+redis.call('ZREM', k.fresh, ARGV[9])
+-- le: the release before may have left a stale dead letter of it
+redis.call('HSET', k.rec, 's', 'scheduled', 'le', 1)
+redis.call('HDEL', k.rec, 'tk', 'w', 'q')
+if redis.call('PTTL', k.rec) < 0 then redis.call('PEXPIRE', k.rec, 86400000) end
+return {1, due}`)
+
+// Legacy is a task of the release before (tasks.LegacyDelivery), as Adopt
+// takes it.
+type Legacy struct {
+	EventID, Gen, Type, TaskID string
+	MaxAttempts, Spent         int
+	Published, Due, Expires    time.Time
+}
+
+// Adopt parks a task of the release before in its subscriber's lot, with
+// what its payload carried that this release keeps in the record (the
+// horizon, the attempt budget), so that a dispatcher hands it out as a
+// task of this release. It reports when the delivery is due (zero: it was
+// dropped: its subscriber was deleted or created again, or it ended).
+func (g *Gates) Adopt(ctx context.Context, k GateKeys, l Legacy) (time.Time, error) {
+	res, err := g.run(ctx, adoptScript, []string{k.Record, k.Lot, k.Exp, k.Fresh, k.record(l.EventID)},
+		l.EventID, l.Gen, l.MaxAttempts, l.Expires.UnixMilli(), l.Due.UnixMilli(), l.Published.UnixMilli(), l.Type, l.Spent, l.TaskID)
+	if err != nil {
+		return time.Time{}, err
+	}
+	r := replyStrings(res)
+	if len(r) < 2 || r[0] != "1" {
+		return time.Time{}, nil
+	}
+	ms, _ := strconv.ParseInt(r[1], 10, 64)
+	return time.UnixMilli(ms), nil
+}

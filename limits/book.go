@@ -1,0 +1,266 @@
+package limits
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Booking asks Book to book one new delivery (a publish) or a delivery
+// booked before again (a resend, a replay).
+type Booking struct {
+	Keys      GateKeys
+	EventID   string
+	EventType string
+	NotBefore time.Time // zero: now
+	Horizon   time.Duration
+	// Dedup is how long the record outlives the delivery's horizon (and,
+	// once it ends, its end), so that a re-publish is a duplicate.
+	Dedup       time.Duration
+	MaxAttempts int
+	Held        bool // book even while the subscriber is paused (else: refused, nothing written)
+	Resend      bool // a new series of attempts in the record booked before
+	// Token names this call: a booking sent again (a retry of the same
+	// call) is recognised as its own, not reported a duplicate.
+	Token string
+	Pace  Pace
+}
+
+// Pace is what a subscriber's deliveries may be handed to asynq at: its
+// limit, in-flight slots and fresh-lane share, and the worker-side waits
+// they are sized for.
+type Pace struct {
+	Limit       Limit
+	MaxInFlight int
+	// FreshMax is how many of the subscriber's deliveries may be in the
+	// fresh lane at once (0: no cap); the rest go to the backlog lane.
+	FreshMax int
+	// Lead is how far ahead of its rate slot a delivery is handed out (the
+	// worker waits out the rest, up to its MaxWait). Default 1s.
+	Lead time.Duration
+	// MaxWait is the longest a handed-out delivery may wait in a worker
+	// for a free in-flight slot (worker.Config.MaxWait), and Waiters how
+	// many of the destination's may wait so (worker.Config.MaxWaiters).
+	MaxWait time.Duration
+	Waiters int
+	// Ramp is the slow start after the breaker closes.
+	Ramp time.Duration
+}
+
+func (p Pace) args() []any {
+	lead := p.Lead
+	if lead <= 0 {
+		lead = time.Second
+	}
+	waiters := p.Waiters
+	if waiters <= 0 {
+		waiters = DefaultWaiters
+	}
+	return []any{p.Limit.Rate, p.Limit.Burst, p.Limit.Period.Milliseconds(), p.MaxInFlight, lead.Milliseconds(),
+		max(p.MaxWait, 0).Milliseconds(), p.FreshMax, adaptIncreasePerMs, max(p.Ramp, time.Millisecond).Milliseconds(), waiters}
+}
+
+// The worker's defaults a Pace is sized with where the worker's own
+// settings are not at hand (the producer's fast path): the lead of a
+// hand-out, the longest wait for a slot (worker.Config.MaxWait) and the
+// slow start after a breaker closes (BreakerPolicy.Ramp).
+const (
+	DefaultLead    = time.Second
+	DefaultMaxWait = time.Second
+	DefaultWaiters = 50
+	DefaultRamp    = 10 * time.Second
+)
+
+// Where a booked delivery is: handed to asynq in one of the lanes, or
+// parked in the lot.
+const (
+	WhereFresh   = "fresh"
+	WhereBacklog = "backlog"
+	WhereLot     = "lot"
+)
+
+// OutLease is how long a delivery handed to asynq may wait to be taken
+// before a turn hands it out again (asynq refuses the second task while
+// the first exists: it only replaces one a crash lost).
+const OutLease = 2 * time.Minute
+
+// FreshTTL is how often a delivery's place in the fresh lane is looked at
+// again: it keeps it while its record says it is still there (waiting or
+// running in the fresh queue), and frees it once not (a task lost with
+// Redis' data, or deleted by hand).
+var FreshTTL = 10 * time.Minute
+
+// KEYS: 1 gate, 2 cooldown, 3 inflight, 4 gcra, 5 lot, 6 out, 7 exp, 8
+// fresh, 9 record, 10 log. ARGV: 1 event id, 2 type, 3 not-before ms (0
+// none), 4 horizon ms, 5 dedup ms, 6 max attempts, 7 "1" held, 8 "1"
+// resend, 9 token, 10 out lease ms, 11 fresh ttl ms, then Pace.args:
+// 12 rate, 13 burst, 14 period ms, 15 max in flight, 16 lead ms, 17 max
+// wait ms, 18 fresh max, 19 adaptive increase per ms, 20 ramp ms, 21
+// waiters; 22 the records' prefix (+ event id: the fresh lane's records,
+// in the same slot). Reply {code, gen, where, due ms, paused}: code "new" (booked: where is the lane
+// to enqueue its task in, or "lot"), "dup" (booked before in this
+// generation: nothing written; where is the lane when its task may need
+// enqueueing again, "lot" when it is parked, "" when it is running or
+// ended), "unknown" (no such subscriber), "paused" (paused and not held:
+// nothing written); paused "1" when the subscriber is paused.
+//
+// The record decides alone whether a booking is new: a record of the
+// subscriber's current generation makes it a duplicate; one of another
+// generation (a deleted subscriber's) is replaced. A delivery due now goes
+// straight to asynq when its destination can take it now — not held, its
+// lot empty of due deliveries, a rate slot within the lead, an in-flight
+// slot within its capacity — else to the lot.
+var bookScript = script(`
+local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
+  fresh = KEYS[8], rec = KEYS[9], log = KEYS[10]}
+local f = gate_fields(k.gate)
+if not f.gen then return {'unknown', '', '', '0', ''} end
+local paused = f.paused and '1' or ''
+if f.paused and ARGV[7] ~= '1' then return {'paused', f.gen, '', '0', paused} end
+local now, t = now_ms()
+local d = redis.call('HMGET', k.rec, 'g', 's', 'pt', 'q', 'u')
+local resend = ARGV[8] == '1' and d[1] == f.gen
+local function where_of(s, q)
+  if s == 'pending' then return q or 'backlog' end
+  if s == 'scheduled' or s == 'held' or s == 'cooling' or s == 'retrying' then return 'lot' end
+  return ''
+end
+if d[1] == f.gen and (d[3] == ARGV[9] or not resend) then
+  local code = 'dup'
+  if d[3] == ARGV[9] then code = 'new' end
+  return {code, f.gen, where_of(d[2], d[4]), d[5] or '0', paused}
+end
+local nb = tonumber(ARGV[3])
+local due = math.max(now, nb)
+local x = due + tonumber(ARGV[4])
+local ttl = x + tonumber(ARGV[5]) - now
+local where, state = 'lot', 'scheduled'
+local cool = tonumber(redis.call('GET', k.cool) or '0')
+if f.paused or f.b_open then state = 'held'
+elseif cool > now then state = 'cooling'
+elseif nb <= now and redis.call('ZCOUNT', k.lot, '-inf', now) == 0 then
+  local n_out = redis.call('ZCOUNT', k.out, now, '+inf')
+  local n_in = redis.call('ZCOUNT', k.inflight, now, '+inf')
+  local rate, burst = effective(k.gate, f, now, tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[19]), tonumber(ARGV[20]))
+  local T = tonumber(ARGV[14]) / 1000 / rate
+  local nows = gcra_now(t)
+  local tat = math.max(tonumber(redis.call('GET', k.gcra) or '0'), nows)
+  local allowance = math.floor((nows + tonumber(ARGV[16]) / 1000 - tat) / T + burst)
+  if n_out + n_in < capacity(tonumber(ARGV[15]), f.lt, tonumber(ARGV[17]), tonumber(ARGV[21])) and allowance > n_out then
+    local cap = tonumber(ARGV[18])
+    where, state = 'backlog', 'pending'
+    if cap == 0 or fresh_count(k, ARGV[22], now, tonumber(ARGV[11])) < cap then
+      where = 'fresh'
+      redis.call('ZADD', k.fresh, now + tonumber(ARGV[11]), ARGV[1])
+    end
+  end
+end
+if resend then
+  redis.call('HSET', k.rec, 's', state, 'u', due, 'x', x, 'm', ARGV[6], 'pt', ARGV[9], 'c', 0)
+  redis.call('HINCRBY', k.rec, 'r', 1)
+  redis.call('HDEL', k.rec, 'dl', 'nx', 'tk', 'pr', 'ok', 'okr')
+  if redis.call('PTTL', k.rec) < ttl then redis.call('PEXPIRE', k.rec, ttl) end
+else
+  redis.call('DEL', k.rec)
+  redis.call('HSET', k.rec, 'g', f.gen, 't', ARGV[2], 'p', now, 'u', due, 'x', x, 'm', ARGV[6], 's', state, 'pt', ARGV[9])
+  redis.call('PEXPIRE', k.rec, ttl)
+  local keep = tonumber(redis.call('HGET', k.gate, 'lg') or '0')
+  if ttl > keep then
+    keep = ttl
+    redis.call('HSET', k.gate, 'lg', keep)
+  end
+  redis.call('XADD', k.log, 'MINID', '~', now - keep, '*', 'e', ARGV[1])
+  if redis.call('PTTL', k.log) < ttl then redis.call('PEXPIRE', k.log, ttl) end
+end
+if where == 'lot' then
+  redis.call('ZADD', k.lot, due, ARGV[1])
+  redis.call('ZADD', k.exp, x, ARGV[1])
+else
+  redis.call('ZADD', k.out, now + tonumber(ARGV[10]), ARGV[1])
+  redis.call('HSET', k.rec, 'q', where)
+end
+return {'new', f.gen, where, string.format('%d', due), paused}`)
+
+// Booked is Book's answer for one Booking.
+type Booked struct {
+	New       bool   // booked by this call (or by the call it repeats)
+	Duplicate bool   // booked before, in this generation: nothing written
+	Unknown   bool   // no such subscriber
+	Paused    bool   // paused and not Held: nothing written
+	Gen       string // the subscriber's generation
+	Held      bool   // the subscriber is paused: it waits until resumed
+	// Where is the lane to enqueue its task in (WhereFresh, WhereBacklog),
+	// WhereLot when it is parked (a dispatcher's turn hands it out: tell
+	// the ready index), or "" when a run holds it or it ended.
+	Where string
+	Due   time.Time // in Redis' clock
+}
+
+// Book books each delivery in one round trip (one per Cluster node), with
+// the calls of also (the stored event's write) in the same pipeline; an
+// error of one of them is Book's.
+func (g *Gates) Book(ctx context.Context, also []*Call, bs ...Booking) ([]Booked, error) {
+	calls := make([]*Call, len(bs), len(bs)+len(also))
+	for i, b := range bs {
+		var nb int64
+		if !b.NotBefore.IsZero() {
+			nb = b.NotBefore.UnixMilli()
+		}
+		k := b.Keys
+		keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(b.EventID), k.Log}
+		args := []any{b.EventID, b.EventType, nb, b.Horizon.Milliseconds(), b.Dedup.Milliseconds(), b.MaxAttempts,
+			flag(b.Held), flag(b.Resend), b.Token, OutLease.Milliseconds(), FreshTTL.Milliseconds()}
+		calls[i] = &Call{Script: bookScript, Keys: keys, Args: append(append(args, b.Pace.args()...), k.Deliveries)}
+	}
+	g.RunScripts(ctx, append(calls, also...))
+	for _, c := range also {
+		if c.Err != nil {
+			return nil, c.Err
+		}
+	}
+	out := make([]Booked, len(bs))
+	for i, c := range calls[:len(bs)] {
+		if c.Err != nil {
+			return nil, c.Err
+		}
+		res := replyStrings(c.Res)
+		if len(res) < 5 {
+			return nil, fmt.Errorf("book: unexpected reply %v", c.Res)
+		}
+		due, _ := strconv.ParseInt(res[3], 10, 64)
+		out[i] = Booked{Gen: res[1], Where: res[2], Due: time.UnixMilli(due), Held: res[4] == "1"}
+		switch res[0] {
+		case "new":
+			out[i].New = true
+		case "dup":
+			out[i].Duplicate = true
+		case "unknown":
+			out[i].Unknown = true
+		case "paused":
+			out[i].Paused = true
+		}
+	}
+	return out, nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// replyStrings reads a script's reply of strings (and integers).
+func replyStrings(res []any) []string {
+	out := make([]string, len(res))
+	for i, v := range res {
+		switch x := v.(type) {
+		case string:
+			out[i] = x
+		case int64:
+			out[i] = strconv.FormatInt(x, 10)
+		}
+	}
+	return out
+}

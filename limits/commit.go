@@ -1,0 +1,390 @@
+package limits
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Outcome kinds: what a run's request (or its absence) did to its
+// delivery.
+const (
+	// OutcomeDelivered: a 2xx. The delivery ends.
+	OutcomeDelivered = "delivered"
+	// OutcomeFailed: a counted failure with attempts and horizon left: its
+	// attempt is spent and it is parked for its backoff.
+	OutcomeFailed = "failed"
+	// OutcomeThrottled: a 429 (or 503) with a Retry-After (or a spent
+	// quota), its cooldown already recorded (Cooldown): no attempt spent,
+	// parked until the cooldown ends.
+	OutcomeThrottled = "throttled"
+	// OutcomeProbeFailed: the open breaker's probe failed: no attempt spent
+	// (the failure is the endpoint's), parked behind the others.
+	OutcomeProbeFailed = "probe_failed"
+	// OutcomeInterrupted: the request was cut by a shutdown, after asynq
+	// had put the task back: no attempt spent, left to that task.
+	OutcomeInterrupted = "interrupted"
+	// OutcomeDead: dead-lettered (attempts, horizon, gone, refused,
+	// undecodable): the ledger entry is written with it.
+	OutcomeDead = "dead"
+)
+
+// Breaker changes an outcome made.
+type BreakerChange int
+
+const (
+	BreakerSame     BreakerChange = iota
+	BreakerOpened                 // persistent failure: subscriber.failing
+	BreakerClosed                 // recovered: its held deliveries may go
+	BreakerDisabled               // failing for DisableAfter: paused "failing"
+)
+
+// Outcome is one run's outcome, for Commit.
+type Outcome struct {
+	EventID string
+	Token   string // the run's: only the run that owns the delivery commits
+	Kind    string
+	// Attempt is the request's record field and value
+	// (tasks.AttemptField, tasks.EncodeAttempt); "" when no request was
+	// made. Lost is the same for a request lost with a worker that died
+	// (Admission.TookOver), written beside it.
+	AttemptField, Attempt string
+	LostField, Lost       string
+	Backoff               time.Duration // OutcomeFailed: until the next attempt
+	DeliveredAt           time.Time     // OutcomeDelivered: the answer's arrival
+	// EndpointFailure counts toward the breaker (no answer, 408, a 5xx
+	// without Retry-After); Answered is any other answer, which ends a
+	// streak of failures (with Probe or Streak set) and closes an open
+	// breaker. Probe: the run held the probe role (it gives it back, even
+	// when its request was never sent).
+	EndpointFailure, Answered, Probe, Streak bool
+	ErrText                                  string // the breaker's last error
+	Breaker                                  BreakerPolicy
+	Throttled                                bool          // a 429: lower the effective rate (once a second)
+	AdaptReason                              string        // why, for status
+	Latency                                  time.Duration // the answer's, for the in-flight pace (0: none)
+	Dedup                                    time.Duration // how long an ended record is kept at least
+	// PauseGone pauses the subscriber (reason "gone") with the dead letter
+	// of a 410.
+	PauseGone bool
+	// Counters are the subscriber's counters (Stats) to add to.
+	Counters map[string]int64
+	// Dead letter (OutcomeDead): the ledger entry's JSON without its
+	// closing brace (its attempts are copied from the record), the task id
+	// for the index, the retention (0: keep), and the report sample
+	// ("<event id> <reason>"; "" for an operator event's dead letter, which
+	// is never reported).
+	DeadEntry, TaskID string
+	DeadAt            time.Time // the entry's dead_at: its score in the dead-letter indexes
+	DeadRetention     time.Duration
+	ReportSample      string
+	// LegacyAttempts is the release before's attempt list of this task's
+	// ledger entry, deleted with a stale entry.
+	LegacyAttempts string
+}
+
+// Committed is Commit's answer.
+type Committed struct {
+	// Superseded: the run did not own the delivery any more (another run
+	// took it over, or it ended): nothing was written but its slot's
+	// release, and the hand-out of a delivery booked since under the same
+	// task id, which asynq may have refused while this run held it, is
+	// handed out again (Notify).
+	Superseded bool
+	// Notify is when the subscriber needs a dispatcher's turn (zero: none).
+	Notify time.Time
+	Change BreakerChange
+	Since  time.Time // the destination's failing since, for a breaker change
+	// ClearedStale: a delivered delivery's stale dead letter (a worker died
+	// between writing it and asynq archiving the task) was deleted.
+	ClearedStale bool
+}
+
+// KEYS: 1 gate, 2 cooldown, 3 inflight, 4 lot, 5 out, 6 exp, 7 fresh, 8
+// record, 9 stats, 10 ledger entry, 11 dead index, 12 dead batch, 13 its
+// sample, 14 the release before's attempt list. ARGV: 1 event id, 2 token,
+// 3 kind, 4 attempt field, 5 attempt, 6 lost field, 7 lost, 8 backoff ms,
+// 9 delivered ms, 10 flags (e endpoint failure, a answered, p probe, s
+// streak, t throttled, g pause gone), 11 breaker failures (-1 off), 12
+// first gap ms, 13 max gap ms, 14 disable after ms (0 never), 15 error
+// text, 16 adaptive factor, 17 floor, 18 increase per ms, 19 reason, 20
+// latency ms (0 none), 21 dedup ms, 22 counters ("field n field n …"), 23
+// dead entry prefix, 24 task id, 25 retention ms, 26 report sample, 27
+// dead at (ms: the entry's dead_at, its index score; 0: now).
+// Reply {result, notify ms, breaker change, since ms}: result "ok",
+// "superseded", or "again" (this run's outcome was committed before: the
+// reply it had, nothing written again).
+//
+// One step for everything the outcome changes in the subscriber's slot:
+// the slot's release, the attempt, the record's state, the lot, the
+// fresh lane, the breaker, the effective rate, the counters, and a dead
+// letter's ledger entry and report batch. Written once per run (the
+// record keeps the last committed run's token and reply), before the
+// worker answers asynq.
+var commitScript = script(`
+local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
+  rec = KEYS[8], stats = KEYS[9], ledger = KEYS[10], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13]}
+local ev, token, kind = ARGV[1], ARGV[2], ARGV[3]
+redis.call('ZREM', k.inflight, token)
+local d = redis.call('HMGET', k.rec, 'tk', 'ok', 'okr', 'x', 'g', 'q', 'le')
+if d[2] == token and d[3] then
+  local r = {'again'}
+  for v in string.gmatch(d[3], '[^|]+') do r[#r + 1] = v end
+  return r
+end
+local now = now_ms()
+if d[1] ~= token then
+  -- Handed out while this run held the task id (a re-publish for a new
+  -- generation, a resend): asynq may have refused that hand-out's task as
+  -- a duplicate of this one, which ends now. Hand it out again.
+  if redis.call('ZSCORE', k.out, ev) then
+    redis.call('ZREM', k.out, ev)
+    redis.call('ZADD', k.lot, now, ev)
+    return {'superseded', now, 0, 0, 0}
+  end
+  return {'superseded', -1, 0, 0, 0}
+end
+local flags = ARGV[10]
+local function has(c) return string.find(flags, c, 1, true) ~= nil end
+-- the record's fields to set, written in one HSET (before the attempts
+-- are read for a dead letter, else at the end)
+local w = {}
+local function set(f, v) w[#w + 1] = f; w[#w + 1] = v end
+local function write()
+  if #w > 0 then redis.call('HSET', k.rec, unpack(w)); w = {} end
+end
+if ARGV[4] ~= '' then set(ARGV[4], ARGV[5]) end
+if ARGV[6] ~= '' then set(ARGV[6], ARGV[7]) end
+local notify = -1
+local function soon(at) if at >= 0 and (notify < 0 or at < notify) then notify = at end end
+
+-- the breaker
+local change, since = 0, 0
+local g = redis.call('HMGET', k.gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt', 'a_f', 'a_at')
+local same = g[1] and g[1] == d[5]
+if same and has('e') and tonumber(ARGV[11]) > 0 then
+  redis.call('HSET', k.gate, 'b_err', ARGV[15], 'b_err_at', now)
+  since = tonumber(g[4]) or now
+  local disable = tonumber(ARGV[14])
+  if g[2] and has('p') then
+    -- a failed probe: the next one a longer gap later, the role given back
+    -- (also when this failure disables the subscriber: a resume probes at
+    -- the next gap, not once this probe's lease has lapsed)
+    local gap = math.min(math.floor((tonumber(g[3]) or tonumber(ARGV[12])) * 1.5), tonumber(ARGV[13]))
+    redis.call('HSET', k.gate, 'b_gap', gap, 'b_next', now + gap)
+    redis.call('HDEL', k.gate, 'b_probe', 'b_pe')
+    soon(now + gap)
+  end
+  if disable > 0 and now - since >= disable and not g[5] then
+    redis.call('HSET', k.gate, 'paused', 'failing', 'paused_at', now)
+    change = 3
+  elseif not g[2] then
+    local fails = redis.call('HINCRBY', k.gate, 'b_fails', 1)
+    if not g[4] then redis.call('HSET', k.gate, 'b_since', now) end
+    if fails >= tonumber(ARGV[11]) then
+      redis.call('HSET', k.gate, 'b_open', now, 'b_gap', ARGV[12], 'b_next', now + tonumber(ARGV[12]))
+      redis.call('HDEL', k.gate, 'b_ramp', 'b_probe', 'b_pe')
+      change = 1
+      soon(now + tonumber(ARGV[12]))
+    end
+  end
+elseif same and has('a') and (has('p') or has('s') or g[6]) then
+  redis.call('HDEL', k.gate, 'b_fails', 'b_since')
+  if g[2] then
+    redis.call('HDEL', k.gate, 'b_open', 'b_next', 'b_gap', 'b_probe', 'b_pe')
+    redis.call('HSET', k.gate, 'b_ramp', now)
+    change, since = 2, tonumber(g[4]) or now
+    soon(now)
+  end
+elseif same and has('p') then
+  redis.call('HDEL', k.gate, 'b_probe', 'b_pe') -- never sent: another may probe
+  soon(now)
+end
+-- the effective rate and the in-flight pace
+if same and has('t') then
+  local f, ok = 1, true
+  if g[8] then
+    local at = tonumber(g[9]) or now
+    if now - at < 1000 then ok = false else f = math.min(1, tonumber(g[8]) + tonumber(ARGV[18]) * (now - at)) end
+  end
+  if ok then
+    f = math.max(tonumber(ARGV[17]), f * tonumber(ARGV[16]))
+    redis.call('HSET', k.gate, 'a_f', string.format('%.4f', f), 'a_at', now, 'a_why', ARGV[19])
+  end
+end
+local lat = tonumber(ARGV[20])
+if same and lat > 0 then
+  local lt = tonumber(g[7])
+  if lt then lat = math.floor(0.8 * lt + 0.2 * lat + 0.5) end
+  lat = math.max(lat, 1)
+  if lat ~= lt then redis.call('HSET', k.gate, 'lt', lat) end
+end
+
+-- the delivery
+local x = tonumber(d[4])
+local function keep_ended()
+  if redis.call('PTTL', k.rec) < tonumber(ARGV[21]) then redis.call('PEXPIRE', k.rec, ARGV[21]) end
+end
+local stale = 0
+if kind == 'delivered' then
+  set('s', 'delivered')
+  set('dl', ARGV[9])
+  -- what only a delivery under way needs: an ended record stays small
+  redis.call('HDEL', k.rec, 'tk', 'nx', 'q', 'pt', 'pk', 'm', 'le')
+  if d[6] == 'fresh' then redis.call('ZREM', k.fresh, ev) end
+  -- booked to live until its horizon + the dedup window: delivered before
+  -- its horizon, it outlives the delivery by the window already
+  if not x or now > x then keep_ended() end
+  -- a dead letter of the delivery (le: one was written, or the release
+  -- before may have written one) not replayed is stale: it goes
+  if d[7] then
+    local entry = redis.call('GET', k.ledger)
+    if entry and not string.find(entry, '"replayed_at"', 1, true) then
+      redis.call('DEL', k.ledger, KEYS[14])
+      redis.call('ZREM', k.dindex, ARGV[24])
+      stale = 1
+    end
+  end
+elseif kind == 'failed' then
+  local at = now + tonumber(ARGV[8])
+  park(k, ev, 'retrying', at, x)
+  set('nx', at)
+  soon(at)
+elseif kind == 'throttled' then
+  redis.call('HINCRBY', k.rec, 'c', -1)
+  local at = math.max(tonumber(redis.call('GET', k.cool) or '0'), now)
+  park(k, ev, 'cooling', at, x)
+  set('nx', at)
+  soon(at)
+elseif kind == 'probe_failed' then
+  redis.call('HINCRBY', k.rec, 'c', -1)
+  park(k, ev, 'held', now, x)
+  redis.call('HDEL', k.rec, 'nx')
+elseif kind == 'interrupted' then
+  redis.call('HINCRBY', k.rec, 'c', -1)
+  set('s', 'pending')
+  redis.call('HDEL', k.rec, 'tk')
+elseif kind == 'dead' then
+  set('s', 'dead')
+  set('le', 1)
+  write()
+  redis.call('HDEL', k.rec, 'tk', 'nx')
+  for _, key in ipairs({k.lot, k.out, k.exp, k.fresh}) do redis.call('ZREM', key, ev) end
+  keep_ended()
+  local parts = {}
+  local h = redis.call('HGETALL', k.rec)
+  for i = 1, #h, 2 do
+    if string.sub(h[i], 1, 2) == 'a:' then parts[#parts + 1] = '"' .. string.sub(h[i], 3) .. '":' .. h[i + 1] end
+  end
+  local entry = ARGV[23] .. ',"a":{' .. table.concat(parts, ',') .. '}}'
+  local retention = tonumber(ARGV[25])
+  if retention > 0 then
+    redis.call('SET', k.ledger, entry, 'PX', retention)
+    redis.call('ZREMRANGEBYSCORE', k.dindex, '-inf', now - retention)
+  else
+    redis.call('SET', k.ledger, entry)
+  end
+  redis.call('DEL', KEYS[14])
+  local dead_at = tonumber(ARGV[27])
+  if dead_at <= 0 then dead_at = now end
+  redis.call('ZADD', k.dindex, dead_at, ARGV[24])
+  if ARGV[26] ~= '' then
+    redis.call('HINCRBY', k.dbatch, 'n', 1)
+    redis.call('HSETNX', k.dbatch, 'first', now)
+    if redis.call('LLEN', k.dsample) < 20 then redis.call('RPUSH', k.dsample, ARGV[26]) end
+  end
+  if same and has('g') and not g[5] then redis.call('HSET', k.gate, 'paused', 'gone', 'paused_at', now) end
+end
+-- a freed slot may let a parked delivery go: a turn soon, at most one
+-- every 100 ms for the commits of a busy subscriber (what a turn hands
+-- out covers its slots meanwhile)
+if kind ~= 'interrupted' and redis.call('ZCOUNT', k.lot, '-inf', now) > 0 then soon(now + 100) end
+for f, n in string.gmatch(ARGV[22], '(%S+) (%S+)') do redis.call('HINCRBY', k.stats, f, n) end
+local reply = notify .. '|' .. change .. '|' .. since .. '|' .. stale
+set('ok', token)
+set('okr', reply)
+write()
+return {'ok', notify, change, since, stale}`)
+
+// Commit writes a run's outcome (see commitScript), in the round trip of
+// the gate scripts of concurrent deliveries.
+func (g *Gates) Commit(ctx context.Context, k GateKeys, o Outcome) (Committed, error) {
+	keys, args := commitCall(k, o)
+	res, err := g.run(ctx, commitScript, keys, args...)
+	if err != nil {
+		return Committed{}, err
+	}
+	r := replyStrings(res)
+	if len(r) < 5 {
+		return Committed{}, fmt.Errorf("commit: unexpected reply %v", res)
+	}
+	c := Committed{Superseded: r[0] == "superseded", ClearedStale: r[4] == "1"} // "again": as "ok" the first time
+	if n, _ := strconv.ParseInt(r[1], 10, 64); n >= 0 {
+		c.Notify = time.UnixMilli(n)
+	}
+	if c.Superseded {
+		return c, nil
+	}
+	switch r[2] {
+	case "1":
+		c.Change = BreakerOpened
+	case "2":
+		c.Change = BreakerClosed
+	case "3":
+		c.Change = BreakerDisabled
+	}
+	if ms, _ := strconv.ParseInt(r[3], 10, 64); ms > 0 {
+		c.Since = time.UnixMilli(ms)
+	}
+	return c, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// unixMilli is t in Unix ms, 0 for the zero time.
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// commitCall is commitScript's keys and arguments for outcome o.
+func commitCall(k GateKeys, o Outcome) ([]string, []any) {
+	var fl strings.Builder
+	for c, on := range map[byte]bool{'e': o.EndpointFailure, 'a': o.Answered, 'p': o.Probe, 's': o.Streak, 't': o.Throttled, 'g': o.PauseGone} {
+		if on {
+			fl.WriteByte(c)
+		}
+	}
+	var counters strings.Builder
+	for f, n := range o.Counters {
+		fmt.Fprintf(&counters, "%s %d ", f, n)
+	}
+	b := o.Breaker
+	if b.Failures == BreakerOff {
+		b.Failures = -1
+	}
+	var delivered int64
+	if !o.DeliveredAt.IsZero() {
+		delivered = o.DeliveredAt.UnixMilli()
+	}
+	errText := o.ErrText
+	if len(errText) > 300 {
+		errText = errText[:300]
+	}
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Lot, k.Out, k.Exp, k.Fresh, k.record(o.EventID), k.Stats,
+		k.Dead + o.EventID, k.DeadIndex, k.DeadBatch, k.DeadSample, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none")}
+	args := []any{o.EventID, o.Token, o.Kind, o.AttemptField, o.Attempt, o.LostField, o.Lost, o.Backoff.Milliseconds(), delivered,
+		fl.String(), b.Failures, b.ProbeGap.Milliseconds(), b.MaxProbeGap.Milliseconds(), max(b.DisableAfter, 0).Milliseconds(), errText,
+		AdaptDecrease, adaptFloor, adaptIncreasePerMs, o.AdaptReason, o.Latency.Milliseconds(), o.Dedup.Milliseconds(),
+		counters.String(), o.DeadEntry, o.TaskID, o.DeadRetention.Milliseconds(), o.ReportSample, unixMilli(o.DeadAt)}
+	return keys, args
+}

@@ -1,0 +1,346 @@
+package limits_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// taken books ev and admits it as a new run: its token.
+func (b *bundle) taken(t *testing.T, ev string) string {
+	t.Helper()
+	b.book(t, ev)
+	tok := limits.NewToken()
+	if a := b.admit(t, ev, tok); !a.Admitted {
+		t.Fatalf("%s: %+v", ev, a)
+	}
+	return tok
+}
+
+// Each outcome moves the delivery where it belongs, in the one step that
+// also releases the run's slot: delivered ends it (and clears a stale
+// dead letter of it, not a replayed one); a counted failure parks it for
+// its backoff; a 429, a failed probe and an interrupted request spend no
+// attempt.
+func TestCommitMovesTheDelivery(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	at := time.Now()
+	attempt := func(code int) (string, string) {
+		return tasks.AttemptField(at), string(tasks.EncodeAttempt(tasks.Attempt{At: at, Status: code}))
+	}
+
+	tok := b.taken(t, "ok")
+	// Stale: the release before wrote it, then the delivery went on (Adopt
+	// marks its deliveries as maybe having one: le).
+	b.rdb.Set(ctx, b.k.Dead+"ok", `{"task_id":"s:ok"}`, 0)
+	b.rdb.HSet(ctx, b.k.Deliveries+"ok", "le", 1)
+	f, a := attempt(200)
+	c := b.commit(t, "ok", tok, limits.Outcome{Kind: limits.OutcomeDelivered, AttemptField: f, Attempt: a, DeliveredAt: at, Answered: true,
+		TaskID: "s:ok", Counters: map[string]int64{"delivered": 1}})
+	if c.Superseded || !c.ClearedStale || b.rec(t, "ok", "s") != "delivered" || b.rec(t, "ok", "tk") != "" ||
+		b.rec(t, "ok", f) == "" || b.score(b.k.InFlight, tok) != -1 || b.rdb.Exists(ctx, b.k.Dead+"ok").Val() != 0 {
+		t.Fatalf("delivered: %+v, record %v", c, b.rdb.HGetAll(ctx, b.k.Deliveries+"ok").Val())
+	}
+	if ttl := b.rdb.PTTL(ctx, b.k.Deliveries+"ok").Val(); ttl < 59*time.Minute {
+		t.Fatalf("delivered record's ttl %v; want at least the 1h dedup window", ttl)
+	}
+
+	tok = b.taken(t, "fail")
+	now := b.redisNow(t)
+	b.commit(t, "fail", tok, limits.Outcome{Kind: limits.OutcomeFailed, Backoff: 30 * time.Second, EndpointFailure: true})
+	if b.rec(t, "fail", "s") != "retrying" || b.rec(t, "fail", "c") != "1" || b.score(b.k.Lot, "fail") < float64(now.Add(30*time.Second).UnixMilli()) ||
+		b.score(b.k.Exp, "fail") < 0 {
+		t.Fatalf("failed: record %v, lot %v", b.rdb.HGetAll(ctx, b.k.Deliveries+"fail").Val(), b.score(b.k.Lot, "fail"))
+	}
+
+	until, _, _ := b.g.Cooldown(ctx, b.k, limits.RetryAfter{After: time.Minute}, time.Hour)
+	tok2 := b.book(t, "throttled")
+	_ = tok2
+	b.rdb.Del(ctx, b.k.Cooldown)
+	tok = limits.NewToken()
+	b.admit(t, "throttled", tok)
+	b.g.Cooldown(ctx, b.k, limits.RetryAfter{After: time.Minute}, time.Hour)
+	c = b.commit(t, "throttled", tok, limits.Outcome{Kind: limits.OutcomeThrottled, Answered: true})
+	if b.rec(t, "throttled", "s") != "cooling" || b.rec(t, "throttled", "c") != "0" || b.score(b.k.Lot, "throttled") < float64(until.UnixMilli()) ||
+		c.Notify.Before(until) {
+		t.Fatalf("throttled: record %v, %+v; want cooling, no attempt spent, parked until the cooldown", b.rdb.HGetAll(ctx, b.k.Deliveries+"throttled").Val(), c)
+	}
+	b.rdb.Del(ctx, b.k.Cooldown)
+
+	tok = b.taken(t, "cut")
+	f, a = attempt(0)
+	b.commit(t, "cut", tok, limits.Outcome{Kind: limits.OutcomeInterrupted, AttemptField: f, Attempt: a})
+	if b.rec(t, "cut", "s") != "pending" || b.rec(t, "cut", "c") != "0" || b.rec(t, "cut", "tk") != "" || b.rec(t, "cut", f) == "" {
+		t.Fatalf("interrupted: record %v; want pending, no attempt spent, the attempt recorded", b.rdb.HGetAll(ctx, b.k.Deliveries+"cut").Val())
+	}
+	if a := b.admit(t, "cut", limits.NewToken()); !a.Admitted {
+		t.Fatalf("the task asynq put back: %+v; want it taken", a)
+	}
+}
+
+// A dead letter is committed with the delivery's dead state: the ledger
+// entry carries every attempt the record kept, the subscriber's index and
+// report batch list it, and it leaves the schedule.
+func TestCommitDeadLetterCarriesTheRecordsAttempts(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	tok := b.taken(t, "e1")
+	first := time.Now().Add(-time.Minute)
+	b.commit(t, "e1", tok, limits.Outcome{Kind: limits.OutcomeFailed, Backoff: 0, AttemptField: tasks.AttemptField(first),
+		Attempt: string(tasks.EncodeAttempt(tasks.Attempt{At: first, Status: 500}))})
+	tok = limits.NewToken()
+	if a := b.admit(t, "e1", tok); !a.Admitted || a.Spent != 1 {
+		t.Fatalf("second attempt: %+v", a)
+	}
+	second := time.Now()
+	e := tasks.DeadLetter{TaskID: "s:e1", SubscriberID: "s", Reason: "attempts", Error: "attempt 2 of 2", DeadAt: second.UTC()}
+	body := []byte(`{"id":"e1","type":"t","timestamp":"2026-12-01T09:00:00Z","data":{"k": 1}}`)
+	b.commit(t, "e1", tok, limits.Outcome{Kind: limits.OutcomeDead, AttemptField: tasks.AttemptField(second),
+		Attempt: string(tasks.EncodeAttempt(tasks.Attempt{At: second, Status: 503, AttemptsSpent: 1})), TaskID: "s:e1",
+		DeadEntry: tasks.DeadLetterPrefix(e, body), ReportSample: "e1 attempts"})
+	v, err := b.rdb.Get(ctx, b.k.Dead+"e1").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := tasks.ParseLedger(v, nil)
+	if !ok || len(got.Attempts) != 2 || got.Attempts[0].Status != 500 || got.Attempts[1].Status != 503 || got.Event == nil ||
+		string(got.Event.Data) != `{"k": 1}` || got.Reason != "attempts" {
+		t.Fatalf("ledger entry %s → %+v", v, got)
+	}
+	if b.rec(t, "e1", "s") != "dead" || b.score(b.k.DeadIndex, "s:e1") < 0 || b.rdb.HGet(ctx, b.k.DeadBatch, "n").Val() != "1" ||
+		b.score(b.k.Lot, "e1") != -1 || b.score(b.k.Exp, "e1") != -1 {
+		t.Fatal("the dead letter is not listed, or the delivery is still scheduled")
+	}
+}
+
+// Only the run that owns the delivery commits its outcome; a run taken
+// over (its worker thought dead) only releases its slot.
+func TestCommitBelongsToTheOwner(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	old := b.taken(t, "e1")
+	b.rdb.ZAdd(ctx, b.k.InFlight, redis.Z{Score: 1, Member: old})
+	now := limits.NewToken()
+	if a := b.admit(t, "e1", now); !a.TookOver {
+		t.Fatalf("%+v", a)
+	}
+	if c := b.commit(t, "e1", old, limits.Outcome{Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(), Answered: true}); !c.Superseded {
+		t.Fatalf("the old run's outcome: %+v; want superseded", c)
+	}
+	if b.rec(t, "e1", "s") != "in_flight" || b.rec(t, "e1", "tk") != now {
+		t.Fatal("the old run's outcome was written over the new run's delivery")
+	}
+}
+
+// resend is a hook that sends every call of a script it is told to twice,
+// and answers the second reply: what a client retrying after a lost reply
+// does (go-redis' MaxRetries, a batch sent again).
+type resend struct{ on atomic.Bool }
+
+func (h *resend) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *resend) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && strings.HasPrefix(cmd.Name(), "eval") {
+			_ = next(ctx, cmd) // the reply is lost
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *resend) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.on.Load() {
+			_ = next(ctx, cmds)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// Every write that may run twice leaves the state of running once: a
+// commit sent again (its reply lost) writes its attempt once, spends the
+// attempt once, counts once, counts the breaker's failure once (its gap
+// grows 1.5×, not 1.5²), answers what it answered the first time, and
+// cannot move a delivered record back.
+func TestCommitSentTwiceIsAppliedOnce(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	h := &resend{}
+	c.AddHook(h)
+	b := setupOn(t, c)
+	ctx := context.Background()
+	pol := limits.BreakerPolicy{Failures: 2}.WithDefaults()
+
+	tok := b.taken(t, "e1")
+	h.on.Store(true)
+	at := time.Now()
+	got := b.commit(t, "e1", tok, limits.Outcome{Kind: limits.OutcomeFailed, Backoff: time.Second, EndpointFailure: true, Breaker: pol,
+		AttemptField: tasks.AttemptField(at), Attempt: string(tasks.EncodeAttempt(tasks.Attempt{At: at, Error: "reset"})),
+		Counters: map[string]int64{"failed": 1, "http:error": 1}})
+	h.on.Store(false)
+	if b.rec(t, "e1", "c") != "1" || b.rec(t, "e1", "n") != "1" || b.gate("b_fails") != "1" || b.rdb.HGet(ctx, b.k.Stats, "failed").Val() != "1" {
+		t.Fatalf("failure sent twice: c %s, n %s, breaker failures %s, counted %s; want each once",
+			b.rec(t, "e1", "c"), b.rec(t, "e1", "n"), b.gate("b_fails"), b.rdb.HGet(ctx, b.k.Stats, "failed").Val())
+	}
+	if got.Superseded {
+		t.Fatalf("the second send answered %+v; want the first's answer", got)
+	}
+
+	// A failure that opens the breaker, and a failed probe, each sent twice.
+	tok = b.taken(t, "e2")
+	h.on.Store(true)
+	if got := b.commit(t, "e2", tok, limits.Outcome{Kind: limits.OutcomeFailed, Backoff: time.Second, EndpointFailure: true, Breaker: pol}); got.Change != limits.BreakerOpened {
+		t.Fatalf("the failure that opens it, sent twice: %+v; want opened reported", got)
+	}
+	h.on.Store(false)
+	b.rdb.HSet(ctx, b.k.Record, "b_next", 0, "b_pe", "e3")
+	b.book(t, "e3")
+	tok = limits.NewToken()
+	if a := b.admit(t, "e3", tok); !a.Admitted || !a.Probe {
+		t.Fatalf("probe: %+v", a)
+	}
+	h.on.Store(true)
+	b.commit(t, "e3", tok, limits.Outcome{Kind: limits.OutcomeProbeFailed, EndpointFailure: true, Probe: true, Breaker: pol})
+	h.on.Store(false)
+	if gap := b.gate("b_gap"); gap != "1500" {
+		t.Fatalf("gap after a failed probe sent twice: %s ms; want 1500 (1s × 1.5, once)", gap)
+	}
+	if b.rec(t, "e3", "c") != "0" {
+		t.Fatalf("the failed probe spent %s attempts; want none", b.rec(t, "e3", "c"))
+	}
+
+	// Delivered, then a late, repeated failure of the same run: nothing moves back.
+	b.rdb.HDel(ctx, b.k.Record, "b_open", "b_next", "b_gap", "b_pe", "b_probe")
+	tok = b.taken(t, "e4")
+	b.commit(t, "e4", tok, limits.Outcome{Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(), Answered: true})
+	h.on.Store(true)
+	if got := b.commit(t, "e4", tok, limits.Outcome{Kind: limits.OutcomeFailed, Backoff: time.Second}); got.Superseded {
+		t.Log("answered superseded: fine")
+	}
+	h.on.Store(false)
+	if b.rec(t, "e4", "s") != "delivered" || b.score(b.k.Lot, "e4") != -1 {
+		t.Fatalf("a delivered record moved back to %s", b.rec(t, "e4", "s"))
+	}
+}
+
+// The breaker: failures in a row open it, an answer that is not one ends
+// the streak, a failed probe stretches the gap 1.5× up to its cap, any
+// answer closes it into the slow start, and failing for DisableAfter
+// disables the subscriber.
+func TestCommitRunsTheBreaker(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	pol := limits.BreakerPolicy{Failures: 3, ProbeGap: time.Second, MaxProbeGap: 2 * time.Second, DisableAfter: time.Hour}.WithDefaults()
+	fail := func(ev string, probe bool) limits.Committed {
+		tok := b.taken(t, ev)
+		kind := limits.OutcomeFailed
+		if probe {
+			kind = limits.OutcomeProbeFailed
+		}
+		return b.commit(t, ev, tok, limits.Outcome{Kind: kind, Backoff: time.Second, EndpointFailure: true, Probe: probe, Breaker: pol})
+	}
+	fail("a", false)
+	fail("b", false)
+	tok := b.taken(t, "c")
+	b.commit(t, "c", tok, limits.Outcome{Kind: limits.OutcomeFailed, Backoff: time.Second, Answered: true, Breaker: pol})
+	if b.gate("b_fails") != "" {
+		t.Fatalf("a 4xx did not end the streak: %s failures", b.gate("b_fails"))
+	}
+	for _, ev := range []string{"d", "e"} {
+		fail(ev, false)
+	}
+	if c := fail("f", false); c.Change != limits.BreakerOpened || b.gate("b_open") == "" {
+		t.Fatalf("third failure in a row: %+v; want opened", c)
+	}
+	for i, want := range []string{"1500", "2000", "2000"} {
+		b.rdb.HSet(ctx, b.k.Record, "b_next", 0, "b_pe", "p"+strconv.Itoa(i))
+		if c := fail("p"+strconv.Itoa(i), true); c.Notify.IsZero() || b.gate("b_gap") != want {
+			t.Fatalf("failed probe %d: gap %s, want %s (%+v)", i, b.gate("b_gap"), want, c)
+		}
+	}
+	b.rdb.HSet(ctx, b.k.Record, "b_next", 0, "b_pe", "ok")
+	tok = b.taken(t, "ok")
+	if c := b.commit(t, "ok", tok, limits.Outcome{Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(), Answered: true, Probe: true, Breaker: pol}); c.Change != limits.BreakerClosed || c.Notify.IsZero() || b.gate("b_ramp") == "" || b.gate("b_open") != "" {
+		t.Fatalf("the probe answered: %+v; want closed, slow start, a turn now", c)
+	}
+	// Failing since more than DisableAfter ago (the slow start long over):
+	// the next failure disables.
+	b.rdb.HDel(ctx, b.k.Record, "b_ramp")
+	b.rdb.HSet(ctx, b.k.Record, "b_since", time.Now().Add(-2*time.Hour).UnixMilli(), "b_fails", 1)
+	if c := fail("z", false); c.Change != limits.BreakerDisabled || b.gate("paused") != tasks.PauseFailing {
+		t.Fatalf("failing for 2h: %+v, paused %q; want disabled", c, b.gate("paused"))
+	}
+	// A failed probe that disables gives the probe role back too: resumed,
+	// the subscriber probes at the next gap, not once the probe's lease
+	// has lapsed.
+	b.rdb.HDel(ctx, b.k.Record, "paused", "paused_at")
+	b.rdb.HSet(ctx, b.k.Record, "b_open", time.Now().UnixMilli(), "b_next", 0, "b_pe", "y",
+		"b_probe", time.Now().Add(time.Minute).UnixMilli())
+	if c := fail("y", true); c.Change != limits.BreakerDisabled || b.gate("b_probe") != "" || b.gate("b_pe") != "" {
+		t.Fatalf("a failed probe that disables: %+v, probe lease %q of %q; want disabled, the role given back", c, b.gate("b_probe"), b.gate("b_pe"))
+	}
+}
+
+// The effective rate's arithmetic, run by the real scripts with their
+// stored times moved back as time would: a 429 takes 5% off, at most once
+// a second; it never goes below a tenth of the limit; every minute without
+// one gives 2% of the limit back.
+func TestAdaptiveArithmetic(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	throttle := func(ev string) {
+		tok := b.taken(t, ev)
+		b.commit(t, ev, tok, limits.Outcome{Kind: limits.OutcomeFailed, Backoff: time.Second, Answered: true, Throttled: true, AdaptReason: "429"})
+	}
+	factor := func() float64 {
+		f, _ := strconv.ParseFloat(b.gate("a_f"), 64)
+		return f
+	}
+	back := func(d time.Duration) { // the decrease happened d earlier
+		at, _ := strconv.ParseInt(b.gate("a_at"), 10, 64)
+		b.rdb.HSet(ctx, b.k.Record, "a_at", at-d.Milliseconds())
+	}
+	throttle("a")
+	if f := factor(); f != 0.95 || b.gate("a_why") != "429" {
+		t.Fatalf("after a 429: %v; want 0.95", f)
+	}
+	throttle("b")
+	if f := factor(); f != 0.95 {
+		t.Fatalf("a second 429 within a second: %v; want it unchanged", f)
+	}
+	// A second later: what a second gave back (2% a minute), then 5% off.
+	back(time.Second)
+	throttle("c")
+	if f, want := factor(), (0.95+0.02/60)*0.95; f < want-0.0002 || f > want+0.0002 {
+		t.Fatalf("a 429 a second later: %v; want (0.95 + 0.02/60) × 0.95 = %.4f", f, want)
+	}
+	// A minute later: 2% given back first, then 5% off.
+	prev := factor()
+	back(time.Minute)
+	throttle("d")
+	if f, want := factor(), (prev+0.02)*0.95; f < want-0.0002 || f > want+0.0002 {
+		t.Fatalf("a 429 a minute later: %v; want (%v + 0.02) × 0.95 = %.4f", f, prev, want)
+	}
+	b.rdb.HSet(ctx, b.k.Record, "a_f", "0.1")
+	back(time.Second)
+	throttle("e")
+	if f := factor(); f != 0.1 {
+		t.Fatalf("at the floor: %v; want 0.1", f)
+	}
+	now := b.redisNow(t)
+	l := limits.Limit{Rate: 100, Burst: 100, Period: time.Second}
+	if e := limits.ReadEffective(b.rdb.HGetAll(ctx, b.k.Record).Val(), l, 0, now); e.Rate < 9.9 || e.Rate > 10.1 {
+		t.Fatalf("effective rate at the floor: %v; want 10/s of 100", e.Rate)
+	}
+	back(10 * time.Minute) // 20% given back
+	if e := limits.ReadEffective(b.rdb.HGetAll(ctx, b.k.Record).Val(), l, 0, now); e.Rate < 29.9 || e.Rate > 30.1 {
+		t.Fatalf("10 minutes later: %v; want 30/s (0.1 + 10 × 0.02)", e.Rate)
+	}
+	back(time.Hour) // all back: the lesson is forgotten by the next turn
+	b.turn(t)
+	if b.gate("a_f") != "" {
+		t.Fatalf("the limit reached: a_f %q still kept", b.gate("a_f"))
+	}
+}

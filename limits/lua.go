@@ -1,0 +1,98 @@
+package limits
+
+import (
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts of a delivery share these Lua helpers; script prepends them
+// to a script's own text, so each script stays one self-contained
+// EVALSHA.
+//
+//   - now_ms(): Redis' clock in Unix ms, and TIME's reply.
+//   - gcra_now(t): that clock as redis_rate keeps it (seconds since
+//     2017-01-01), so that the GCRA here and redis_rate share a key.
+//   - effective(gate, f, now, rate, burst, period_ms, incr, ramp): the
+//     subscriber's effective rate and burst per period (adaptive.go): the
+//     limit scaled by what the receiver taught (a_f), capped by its
+//     RateLimit-Policy (a_cap, while a_cap_until), and by the slow start
+//     after the breaker closed (b_ramp); lessons that have run out are
+//     deleted. f is the gate record's fields as gateFields reads them.
+//   - capacity(mif, lt, maxwait, waiters): how many deliveries may be
+//     handed out or in flight at once: the in-flight slots, and as many
+//     more as wait a slot in a worker for at most maxwait (Little's law:
+//     the slots free mif ÷ lt a second; 80% of it, so that the last ones
+//     do not time out at the edge), within its waiting room. Until the
+//     endpoint's latency (lt) is observed it is taken as 1s: a slow
+//     endpoint's first burst does not flood the waiting room.
+//   - fresh_count(k, recs, now, ttl): how many of the subscriber's
+//     deliveries are in its fresh lane. An entry whose time has come is
+//     looked at, not dropped: while its record (recs .. event id) says it
+//     is still in the fresh lane (pending or in flight there) it counts
+//     for ttl more; else (it ended, was parked, or its record is gone) it
+//     goes. So a task that waits in the fresh queue longer than ttl still
+//     counts, and an entry whose task was lost goes at its next look.
+//   - park(k, ev, state, at, x): moves a delivery into the lot.
+const luaHelpers = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000), t
+end
+local function gcra_now(t) return (t[1] - 1483228800) + (t[2] / 1000000) end
+local function effective(gate, f, now, rate, burst, period, incr, ramp)
+  if f.a_f then
+    local x = tonumber(f.a_f) + incr * (now - (tonumber(f.a_at) or now))
+    if x >= 1 then redis.call('HDEL', gate, 'a_f', 'a_at', 'a_why') else rate, burst = rate * x, math.max(1, math.floor(burst * x)) end
+  end
+  if f.a_cap then
+    if f.a_cap_until and tonumber(f.a_cap_until) <= now then
+      redis.call('HDEL', gate, 'a_cap', 'a_cap_at', 'a_cap_until')
+    else
+      local c = tonumber(f.a_cap) * period / 1000
+      if c < rate then rate, burst = c, 1 end
+    end
+  end
+  if f.b_ramp then
+    local x = (now - tonumber(f.b_ramp)) / ramp
+    if x >= 1 then redis.call('HDEL', gate, 'b_ramp') else rate, burst = rate * math.max(x, 0.1), 1 end
+  end
+  return rate, burst
+end
+local function capacity(mif, lt, maxwait, waiters)
+  local l = tonumber(lt) or 1000
+  return mif + math.min(waiters, math.floor(0.8 * mif * maxwait / math.max(l, 1)))
+end
+local function gate_fields(gate)
+  local v = redis.call('HMGET', gate, 'gen', 'cv', 'paused', 'b_open', 'b_next', 'b_probe', 'b_pe', 'b_fails', 'b_since', 'b_gap',
+    'b_ramp', 'a_f', 'a_at', 'a_cap', 'a_cap_until', 'lt')
+  return {gen = v[1] or nil, cv = v[2] or nil, paused = v[3] or nil, b_open = v[4] or nil, b_next = v[5] or nil,
+    b_probe = v[6] or nil, b_pe = v[7] or nil, b_fails = v[8] or nil, b_since = v[9] or nil, b_gap = v[10] or nil,
+    b_ramp = v[11] or nil, a_f = v[12] or nil, a_at = v[13] or nil, a_cap = v[14] or nil, a_cap_until = v[15] or nil,
+    lt = v[16] or nil}
+end
+local function fresh_count(k, recs, now, ttl)
+  for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.fresh, '-inf', now)) do
+    local d = redis.call('HMGET', recs .. ev, 's', 'q')
+    if d[2] == 'fresh' and (d[1] == 'pending' or d[1] == 'in_flight') then
+      redis.call('ZADD', k.fresh, now + ttl, ev)
+    else
+      redis.call('ZREM', k.fresh, ev)
+    end
+  end
+  return redis.call('ZCARD', k.fresh)
+end
+local function park(k, ev, state, at, x)
+  redis.call('ZADD', k.lot, at, ev)
+  if x then redis.call('ZADD', k.exp, x, ev) end
+  redis.call('ZREM', k.out, ev)
+  redis.call('ZREM', k.fresh, ev)
+  redis.call('HSET', k.rec, 's', state)
+  redis.call('HDEL', k.rec, 'tk')
+end
+`
+
+// script builds a script from its own text and the shared helpers.
+func script(body string) *redis.Script {
+	return redis.NewScript(luaHelpers + strings.TrimLeft(body, "\n"))
+}

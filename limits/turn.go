@@ -1,0 +1,172 @@
+package limits
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// KEYS: 1 gate, 2 cooldown, 3 inflight, 4 gcra, 5 lot, 6 out, 7 exp, 8
+// fresh. ARGV: 1 record prefix (+ event id: the records, in the same
+// slot), 2 batch (the most hand-outs), 3 out lease ms, 4 fresh ttl ms, 5
+// probe hold ms, then Pace.args: 6 rate, 7 burst, 8 period ms, 9 max in
+// flight, 10 lead ms, 11 max wait ms, 12 fresh max, 13 adaptive increase
+// per ms, 14 ramp ms, 15 waiters.
+// Reply {next, dropped, ev, lane, probe, ev, lane, probe, …}: next is when
+// (Unix ms) the subscriber needs its next turn, -1 never (nothing parked
+// or handed out); dropped is how many parked deliveries of a deleted
+// subscriber it dropped; then each delivery handed out: its event id, its
+// lane, "p" when it is the open breaker's probe.
+//
+// A turn hands out, in this order: deliveries whose hand-out lease ran out
+// (again, in the lane they went to: asynq refuses the task if it still
+// has it); parked deliveries past their horizon, whatever holds the
+// subscriber (their run dead-letters them); and then, unless the
+// subscriber is paused or its destination cools down, the due ones: one
+// probe while its breaker is open and the probe is due, else as many as a
+// rate slot within the lead and the in-flight capacity allow.
+var turnScript = script(`
+local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
+  fresh = KEYS[8]}
+local f = gate_fields(k.gate)
+if not f.gen then
+  local n = redis.call('ZCARD', k.lot)
+  redis.call('DEL', k.lot, k.exp, k.out, k.fresh)
+  return {-1, n}
+end
+local now, t = now_ms()
+redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
+local batch, lease, freshttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local out = {-1, 0}
+local handed = 0
+local next = nil
+local function soon(at) at = tonumber(at); if at and (not next or at < next) then next = at end end
+local function lane()
+  local cap = tonumber(ARGV[12])
+  if cap == 0 or fresh_count(k, ARGV[1], now, freshttl) < cap then return 'fresh' end
+  return 'backlog'
+end
+local function hand(ev, l, probe)
+  redis.call('ZREM', k.lot, ev)
+  redis.call('ZREM', k.exp, ev)
+  redis.call('ZADD', k.out, now + lease, ev)
+  if l == 'fresh' then redis.call('ZADD', k.fresh, now + freshttl, ev) end
+  redis.call('HSET', ARGV[1] .. ev, 's', 'pending', 'q', l)
+  if probe then redis.call('HSET', k.gate, 'b_probe', now + tonumber(ARGV[5]), 'b_pe', ev) end
+  out[#out + 1], out[#out + 2], out[#out + 3] = ev, l, probe and 'p' or ''
+  handed = handed + 1
+end
+for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.out, '-inf', now, 'LIMIT', 0, batch)) do
+  local l = redis.call('HGET', ARGV[1] .. ev, 'q') or 'backlog'
+  redis.call('ZADD', k.out, now + lease, ev)
+  out[#out + 1], out[#out + 2], out[#out + 3] = ev, l, ''
+  handed = handed + 1
+end
+for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.exp, '-inf', now, 'LIMIT', 0, math.max(batch - handed, 0))) do
+  hand(ev, 'backlog', false)
+end
+local cool = tonumber(redis.call('GET', k.cool) or '0')
+if f.paused then
+  -- held until resumed (or its horizon, below)
+elseif f.b_open then
+  local nxt, probe = tonumber(f.b_next) or 0, tonumber(f.b_probe) or 0
+  if now >= nxt and probe <= now and handed < batch then
+    local head = redis.call('ZRANGEBYSCORE', k.lot, '-inf', now, 'LIMIT', 0, 1)
+    if head[1] then
+      hand(head[1], lane(), true)
+      soon(now + tonumber(ARGV[5]))
+    end
+  else
+    soon(math.max(nxt, probe))
+  end
+elseif cool > now then
+  soon(cool)
+else
+  local n_out = redis.call('ZCOUNT', k.out, now, '+inf')
+  local n_in = redis.call('ZCARD', k.inflight)
+  local rate, burst = effective(k.gate, f, now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[13]), tonumber(ARGV[14]))
+  local T = tonumber(ARGV[8]) / 1000 / rate
+  local nows = gcra_now(t)
+  local tat = math.max(tonumber(redis.call('GET', k.gcra) or '0'), nows)
+  local lead = tonumber(ARGV[10]) / 1000
+  local by_rate = math.floor((nows + lead - tat) / T + burst) - n_out
+  local by_slots = capacity(tonumber(ARGV[9]), f.lt, tonumber(ARGV[11]), tonumber(ARGV[15])) - n_out - n_in
+  -- A subscriber paced by its rate takes its turns in chunks (a quarter of
+  -- the lead's slots, at least one): what was handed out before covers
+  -- the rest of the lead meanwhile, and each turn's fixed cost is shared.
+  local chunk = math.max(1, math.floor(lead / (4 * T)))
+  local n = math.min(by_rate, by_slots, batch - handed)
+  if by_rate < chunk and by_rate < by_slots then n = 0 end
+  local taken = 0
+  if n > 0 then
+    for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.lot, '-inf', now, 'LIMIT', 0, n)) do
+      hand(ev, lane(), false)
+      taken = taken + 1
+    end
+  end
+  if redis.call('ZCOUNT', k.lot, '-inf', now) > 0 then
+    if by_rate <= taken or n == 0 and by_rate < chunk then
+      -- the next chunk of rate slots enters the lead
+      soon(math.max(now + 1, now + math.ceil(((tat - nows) - lead + T * (n_out + taken + chunk - burst)) * 1000)))
+    elseif by_slots <= taken then
+      -- a freed slot wakes it; else the first slot or lease to lapse
+      local s = redis.call('ZRANGE', k.inflight, 0, 0, 'WITHSCORES')
+      soon(s[2])
+    else
+      soon(now)
+    end
+  end
+end
+local head = redis.call('ZRANGEBYSCORE', k.lot, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if not f.paused then soon(head[2]) end
+soon((redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES'))[2])
+soon((redis.call('ZRANGE', k.out, 0, 0, 'WITHSCORES'))[2])
+if next then out[1] = math.max(next, now) end
+return out`)
+
+// Handout is one delivery a turn handed out: enqueue its task in Lane.
+type Handout struct {
+	EventID string
+	Lane    string // WhereFresh or WhereBacklog
+	Probe   bool   // the open breaker's probe
+}
+
+// TurnResult is what a subscriber's turn did.
+type TurnResult struct {
+	Handouts []Handout
+	// Next is when the subscriber needs its next turn (Redis' clock); zero:
+	// never, until something notifies the ready index.
+	Next time.Time
+	// Dropped counts the parked deliveries of a deleted subscriber the
+	// turn dropped (they are counted, not sent).
+	Dropped int
+}
+
+// TurnBatch is the most deliveries one turn hands out.
+const TurnBatch = 500
+
+// Turn runs one dispatcher turn for the subscriber of k (see turnScript).
+// probeHold is how long a probe holds the role while it is handed out and
+// sent (the request timeout and a margin).
+func (g *Gates) Turn(ctx context.Context, k GateKeys, pace Pace, probeHold time.Duration) (TurnResult, error) {
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh}
+	args := append([]any{k.Deliveries, TurnBatch, OutLease.Milliseconds(), FreshTTL.Milliseconds(), probeHold.Milliseconds()}, pace.args()...)
+	res, err := g.run(ctx, turnScript, keys, args...)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	r := replyStrings(res)
+	if len(r) < 2 || (len(r)-2)%3 != 0 {
+		return TurnResult{}, fmt.Errorf("turn: unexpected reply %v", res)
+	}
+	var tr TurnResult
+	if next, _ := strconv.ParseInt(r[0], 10, 64); next >= 0 {
+		tr.Next = time.UnixMilli(next)
+	}
+	tr.Dropped, _ = strconv.Atoi(r[1])
+	for i := 2; i+2 < len(r); i += 3 {
+		tr.Handouts = append(tr.Handouts, Handout{EventID: r[i], Lane: r[i+1], Probe: r[i+2] == "p"})
+	}
+	return tr, nil
+}

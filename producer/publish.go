@@ -1,0 +1,383 @@
+package producer
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// Outcome is what Publish did for one subscriber.
+type Outcome string
+
+const (
+	Enqueued  Outcome = "enqueued"
+	Duplicate Outcome = "duplicate" // booked before for the subscriber as it is now: nothing new will be sent
+	Failed    Outcome = "failed"    // see Target.Err; publishing again is safe
+	// Held: the subscriber is paused; the event is queued and waits until
+	// it is resumed (or dead-letters at its retry horizon).
+	Held Outcome = "held"
+	// Skipped: the subscriber is paused and PublishOpts.SkipPaused asked
+	// to leave it out: nothing was queued for it.
+	Skipped Outcome = "skipped"
+)
+
+// Target is one subscriber's part of a publish.
+type Target struct {
+	SubscriberID string    `json:"subscriber_id"`
+	TaskID       string    `json:"task_id"`
+	Outcome      Outcome   `json:"outcome"`
+	ProcessAt    time.Time `json:"process_at,omitzero"` // when it becomes due, if not at once
+	Err          error     `json:"-"`
+}
+
+// PublishResult lists each matching subscriber's outcome.
+type PublishResult struct {
+	EventID string   `json:"event_id"`
+	Targets []Target `json:"targets"`
+	// Note says, when no subscriber matched, that nothing will be sent.
+	Note string `json:"note,omitempty"`
+}
+
+// PublishOpts are per-call options; nil means none.
+type PublishOpts struct {
+	// NotBefore delays delivery: no request is sent before it. At most
+	// Config.MaxNotBefore ahead.
+	NotBefore time.Time
+	// SkipPaused leaves paused subscribers out (reported Skipped) instead
+	// of holding the event for them until they are resumed (Held, the
+	// default): an explicit choice to drop their events.
+	SkipPaused bool
+}
+
+// Publish delivers ev to every subscriber whose filter matches its type. A
+// paused subscriber's event is held (queued, waiting until it is resumed)
+// unless opts.SkipPaused. A zero ev.Timestamp becomes the publish time. Its
+// cost grows with the number of matching subscribers, not with how many
+// there are: the directory indexes them by event type.
+//
+// The returned error is nil only when every target is enqueued, held or a
+// duplicate; otherwise it joins the targets' errors, and the result still
+// says what happened to each. Calling Publish again with the same event is
+// safe: what was booked is reported as a duplicate. An id published again
+// with another type or other data is refused with ErrEventConflict,
+// nothing written.
+func (p *Producer) Publish(ctx context.Context, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
+	if tasks.IsOperatorType(ev.Type) {
+		return nil, &tasks.FieldError{Field: "type", Msg: "types starting with " + tasks.OperatorPrefix + " are hooklane's own events"}
+	}
+	return p.publish(ctx, ev, opts)
+}
+
+// PublishOperatorEvent publishes one of hooklane's own events (a type
+// starting with tasks.OperatorPrefix) to the subscribers that name it: the
+// worker reports breakers and dead letters this way.
+func (p *Producer) PublishOperatorEvent(ctx context.Context, ev tasks.Event) (*PublishResult, error) {
+	if !tasks.IsOperatorType(ev.Type) {
+		return nil, &tasks.FieldError{Field: "type", Msg: "an operator event's type starts with " + tasks.OperatorPrefix}
+	}
+	return p.publish(ctx, ev, nil)
+}
+
+func (p *Producer) publish(ctx context.Context, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
+	if err := p.checkEvent(&ev, opts); err != nil {
+		return nil, err
+	}
+	subs, err := p.matching(ctx, ev.Type)
+	if err != nil {
+		return nil, err
+	}
+	return p.fanOut(ctx, ev, opts, subs, false)
+}
+
+// SendTo delivers ev to one subscriber, whatever its event filter. A paused
+// subscriber's event is held until it is resumed, unless opts.SkipPaused.
+func (p *Producer) SendTo(ctx context.Context, subscriberID string, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
+	if tasks.IsOperatorType(ev.Type) {
+		return nil, &tasks.FieldError{Field: "type", Msg: "types starting with " + tasks.OperatorPrefix + " are hooklane's own events"}
+	}
+	return p.sendTo(ctx, subscriberID, ev, opts)
+}
+
+// SendOperatorEventTo sends one of hooklane's own events (hooklane.ping:
+// the API's test endpoint) to one subscriber, whatever its filter.
+func (p *Producer) SendOperatorEventTo(ctx context.Context, subscriberID string, ev tasks.Event) (*PublishResult, error) {
+	if !tasks.IsOperatorType(ev.Type) {
+		return nil, &tasks.FieldError{Field: "type", Msg: "an operator event's type starts with " + tasks.OperatorPrefix}
+	}
+	return p.sendTo(ctx, subscriberID, ev, nil)
+}
+
+func (p *Producer) sendTo(ctx context.Context, subscriberID string, ev tasks.Event, opts *PublishOpts) (*PublishResult, error) {
+	if err := p.checkEvent(&ev, opts); err != nil {
+		return nil, err
+	}
+	s, err := p.GetSubscriber(ctx, subscriberID)
+	if err != nil {
+		return nil, err
+	}
+	return p.fanOut(ctx, ev, opts, []tasks.Subscriber{s}, false)
+}
+
+func (p *Producer) checkEvent(ev *tasks.Event, opts *PublishOpts) error {
+	if err := ev.Validate(); err != nil {
+		return err
+	}
+	if len(ev.Data) > p.cfg.MaxDataSize {
+		return fmt.Errorf("%w: data is %d bytes, limit %d", ErrPayloadTooLarge, len(ev.Data), p.cfg.MaxDataSize)
+	}
+	now := p.nowFunc()
+	if opts != nil && opts.NotBefore.Sub(now) > p.cfg.MaxNotBefore {
+		return &tasks.FieldError{Field: "not_before", Msg: fmt.Sprintf("at most %s ahead (%s); this one is %s ahead",
+			p.cfg.MaxNotBefore, now.Add(p.cfg.MaxNotBefore).UTC().Format(time.RFC3339), opts.NotBefore.Sub(now).Round(time.Second))}
+	}
+	if ev.Timestamp.IsZero() {
+		ev.Timestamp = now.UTC().Truncate(time.Second)
+	}
+	return nil
+}
+
+// KEYS: the index sets an event type is looked up in, then the
+// configurations hash (all in slot {<ns>:subs}). Reply: the configurations
+// of the subscribers in any of the sets.
+var matchScript = redis.NewScript(`
+local ids = redis.call('SUNION', unpack(KEYS, 1, #KEYS - 1))
+if #ids == 0 then return {} end
+local out = {}
+for _, v in ipairs(redis.call('HMGET', KEYS[#KEYS], unpack(ids))) do
+  if v then out[#out + 1] = v end
+end
+return out`)
+
+// matching returns the subscribers whose filter matches type t, by id.
+func (p *Producer) matching(ctx context.Context, t string) ([]tasks.Subscriber, error) {
+	keys := append(p.keys.IndexKeysFor(t), p.keys.SubscriberConfigs())
+	vals, err := matchScript.Run(ctx, p.rdb, keys).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	subs := make([]tasks.Subscriber, 0, len(vals))
+	for _, v := range vals {
+		var s tasks.Subscriber
+		if err := json.Unmarshal([]byte(v), &s); err != nil {
+			p.cfg.Logger.Error("skipping unreadable subscriber", "err", err)
+			continue
+		}
+		if s.Matches(t) { // the index is exact; this is belt and braces
+			subs = append(subs, s)
+		}
+	}
+	slices.SortFunc(subs, func(a, b tasks.Subscriber) int { return strings.Compare(a.ID, b.ID) })
+	return subs, nil
+}
+
+// Pace is what subscriber s's deliveries are handed to asynq at (see
+// limits.Pace): its limit and in-flight slots, the fresh lane's share, and
+// the worker's defaults for the lead and the wait for a slot.
+func (p *Producer) Pace(s tasks.Subscriber) limits.Pace {
+	return limits.Pace{Limit: s.Limit, MaxInFlight: s.MaxInFlight, FreshMax: p.cfg.FreshMax, Lead: limits.DefaultLead,
+		MaxWait: limits.DefaultMaxWait, Ramp: limits.DefaultRamp}
+}
+
+// fanOut books ev for subs, in two round trips: the stored event (refused
+// if the id names another event), then every target's booking. What can
+// go at once goes to asynq; the rest is parked in the subscriber's lot and
+// its dispatcher told. resend books deliveries booked before again.
+func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, resend bool) (*PublishResult, error) {
+	now := p.nowFunc()
+	var notBefore time.Time
+	if opts != nil && opts.NotBefore.After(now) {
+		notBefore = opts.NotBefore
+	}
+	res := &PublishResult{EventID: ev.ID, Targets: []Target{}}
+	if len(subs) == 0 {
+		res.Note = fmt.Sprintf("no subscriber matches type %q: nothing is stored or sent", ev.Type)
+		return res, nil
+	}
+	shards, err := p.shards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.storeEvent(ctx, ev, subs, notBefore, !resend); err != nil {
+		return nil, err
+	}
+	token := limits.NewToken()
+	held := opts == nil || !opts.SkipPaused
+	bs := make([]limits.Booking, len(subs))
+	for i, s := range subs {
+		bs[i] = limits.Booking{Keys: p.keys.Gates(s.ID), EventID: ev.ID, EventType: ev.Type, NotBefore: notBefore,
+			Horizon: p.horizon(s), Dedup: p.cfg.DedupWindow, MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts),
+			Held: held, Resend: resend, Token: token, Pace: p.Pace(s)}
+	}
+	booked, err := p.gates.Book(ctx, nil, bs...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	var errs []error
+	var notify []int
+	for i, s := range subs {
+		b := booked[i]
+		t := Target{SubscriberID: s.ID, TaskID: tasks.TaskID(s.ID, ev.ID)}
+		switch {
+		case b.Paused: // only with SkipPaused: nothing was written
+			t.Outcome = Skipped
+		case b.Unknown:
+			t.Outcome, t.Err = Failed, fmt.Errorf("%w: subscriber %s is being created or deleted; publish again", ErrUnknownSubscriber, s.ID)
+		default:
+			t.Outcome = Enqueued
+			if b.Duplicate {
+				t.Outcome = Duplicate
+			} else if b.Held {
+				t.Outcome = Held
+			}
+			if b.Due.After(now) {
+				t.ProcessAt = limits.CeilSecond(b.Due).UTC()
+			}
+			switch b.Where {
+			case limits.WhereLot:
+				notify = append(notify, i)
+			case limits.WhereFresh, limits.WhereBacklog:
+				// A duplicate whose task is missing (the publish before
+				// failed between its booking and its task) is this call's.
+				// A resend or replay waits a moment for the run of its dead
+				// or delivered task to let go of it (committed before asynq
+				// archives or deletes it), so that it is not left to the
+				// hand-out's 2-minute lease.
+				if enqueued, err := p.HandOut(ctx, s, ev.ID, b.Where, shards, resend); err != nil {
+					t.Outcome, t.Err = Failed, err
+				} else if enqueued && t.Outcome == Duplicate {
+					t.Outcome = Enqueued
+				}
+			}
+		}
+		if t.Err != nil {
+			errs = append(errs, t.Err)
+		}
+		res.Targets = append(res.Targets, t)
+	}
+	if len(notify) > 0 {
+		// After the bookings: a dispatcher that looks before them finds
+		// nothing, and this brings it back.
+		if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for _, i := range notify {
+				limits.NotifyIn(ctx, pl, p.keys.Ready(subs[i].Region), subs[i].ID, booked[i].Due)
+			}
+			return nil
+		}); err != nil {
+			for _, i := range notify {
+				t := &res.Targets[i]
+				t.Outcome, t.Err = Failed, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, t.SubscriberID, err)
+				errs = append(errs, t.Err)
+			}
+		}
+	}
+	if err := p.waitReplicas(ctx, res); err != nil {
+		errs = append(errs, err)
+	}
+	return res, errors.Join(errs...)
+}
+
+// horizon is subscriber s's retry horizon.
+func (p *Producer) horizon(s tasks.Subscriber) time.Duration {
+	return cmp.Or(time.Duration(s.RetryHorizon), p.cfg.RetryHorizon)
+}
+
+// HandOut enqueues the task of subscriber s's delivery of event eventID in
+// lane (limits.WhereFresh, WhereBacklog): the publish's fast path, and the
+// dispatcher's hand-outs. The delivery record decided that it goes; asynq
+// refusing the id is only a backstop: a live task of the id (a hand-out
+// sent twice) will run it, and an archived one (a dead letter of this
+// delivery replayed or resent, or published again after its record
+// expired) is deleted from the archive so that this one can be enqueued.
+//
+// It reports whether it enqueued the task (false: one was there already).
+func (p *Producer) HandOut(ctx context.Context, s tasks.Subscriber, eventID, lane string, shards int, wait bool) (bool, error) {
+	q := p.keys.DeliveryQueue(s.Region, s.ID, lane, shards)
+	id := tasks.TaskID(s.ID, eventID)
+	task := tasks.NewDeliverTask(s.ID, eventID, asynq.TaskID(id), asynq.Queue(q), asynq.MaxRetry(tasks.AsynqMaxRetry))
+	for try := 0; ; try++ {
+		_, err := p.client.EnqueueContext(ctx, task)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, asynq.ErrTaskIDConflict) && !errors.Is(err, asynq.ErrDuplicateTask) {
+			return false, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
+		}
+		if try == 25 {
+			return false, nil // still there: the hand-out's lease brings it back
+		}
+		info, err := p.inspector.GetTaskInfo(q, id)
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound):
+			continue // gone meanwhile: enqueue it
+		case err != nil:
+			return false, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
+		case info.State == asynq.TaskStateActive && wait:
+			time.Sleep(20 * time.Millisecond)
+			continue
+		case info.State != asynq.TaskStateArchived:
+			return false, nil // waiting to run: it runs the delivery
+		}
+		if err := p.inspector.DeleteTask(q, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+			return false, fmt.Errorf("%w: freeing the archived task %s: %v", ErrRedisUnavailable, id, err)
+		}
+	}
+}
+
+// Shards is the namespace's delivery queues per lane and region.
+func (p *Producer) Shards(ctx context.Context) (int, error) { return p.shards(ctx) }
+
+// waitReplicas waits, with Config.WaitReplicas, until that many replicas
+// hold every write made so far, and marks the targets enqueued or
+// duplicate failed with ErrNotReplicated if they do not in time.
+//
+// WAIT counts the replicas that acknowledged the last write of its own
+// connection, and go-redis pools connections: the publish's writes went out
+// on others, and a WAIT alone would return at once. So a write goes first
+// on the same connection (a pipeline uses one): a PUBLISH, which Redis
+// replicates and which stores nothing. The replication stream is one
+// ordered log, so a replica that has it has every write acknowledged before.
+func (p *Producer) waitReplicas(ctx context.Context, res *PublishResult) error {
+	want := p.cfg.WaitReplicas
+	if want == 0 || !slices.ContainsFunc(res.Targets, written) {
+		return nil
+	}
+	var wait *redis.Cmd
+	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.Publish(ctx, p.keys.ReplicationMark(), "")
+		// Pipeliner has no Wait: the command as go-redis' Wait sends it.
+		wait = pl.Do(ctx, "wait", want, p.cfg.WaitTimeout.Milliseconds())
+		return nil
+	})
+	var acked int64
+	if err == nil {
+		acked, err = wait.Int64()
+	}
+	if err == nil && acked >= int64(want) {
+		return nil
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: waiting for %d replicas: %v; publish again", ErrNotReplicated, want, err)
+	} else {
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v; publish again", ErrNotReplicated, acked, want, p.cfg.WaitTimeout)
+	}
+	for i := range res.Targets {
+		if t := &res.Targets[i]; written(*t) {
+			t.Outcome, t.Err = Failed, err
+		}
+	}
+	return err
+}
+
+// written reports whether the target's publish wrote or found its booking.
+func written(t Target) bool { return t.Outcome != Failed && t.Outcome != Skipped }

@@ -1,0 +1,9 @@
+package tasks_test
+
+import (
+	"testing"
+
+	"github.com/hooklane/hooklane/deploy/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m, nil) }

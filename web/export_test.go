@@ -1,0 +1,11 @@
+package web
+
+// APIRoutePatterns is the pattern of each entry of apiRoutes, the table the
+// API's mux is built from, for the test that compares it with openapi.json.
+func APIRoutePatterns() []string {
+	out := make([]string, len(apiRoutes))
+	for i, rt := range apiRoutes {
+		out[i] = rt.pattern
+	}
+	return out
+}

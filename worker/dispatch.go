@@ -1,0 +1,205 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// dispatchers hand parked deliveries to asynq when their destinations can
+// take them (limits/doc.go): one loop per region this worker serves, each
+// claiming the subscribers whose turn is due in its region's ready index,
+// running their turns (limits.Turn) and enqueueing what they hand out.
+// Several workers' dispatchers share a region: each turn is claimed by one.
+type dispatchers struct {
+	h      *handler
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	loops  map[string]*dispatcher // region → its loop
+}
+
+type dispatcher struct {
+	region  string
+	wake    chan struct{} // this process freed a slot or parked a delivery
+	mu      sync.Mutex
+	sleepTo time.Time // when the loop means to look next
+}
+
+func newDispatchers(h *handler) *dispatchers {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &dispatchers{h: h, ctx: ctx, cancel: cancel, loops: map[string]*dispatcher{}}
+}
+
+// start runs region's loop, once.
+func (ds *dispatchers) start(region string) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if ds.loops[region] != nil || ds.ctx.Err() != nil {
+		return
+	}
+	d := &dispatcher{region: region, wake: make(chan struct{}, 1)}
+	ds.loops[region] = d
+	ds.wg.Add(1)
+	go func() {
+		defer ds.wg.Done()
+		ds.run(d)
+	}()
+}
+
+// stop ends the loops and waits for them.
+func (ds *dispatchers) stop() {
+	ds.cancel()
+	ds.wg.Wait()
+}
+
+// poke wakes region's loop, if this worker runs it, when a turn is due by
+// at sooner than it means to look.
+func (ds *dispatchers) poke(region string, at time.Time) {
+	if ds == nil {
+		return
+	}
+	if region == "" {
+		region = tasks.DefaultRegion
+	}
+	ds.mu.Lock()
+	d := ds.loops[region]
+	ds.mu.Unlock()
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	soon := at.Before(d.sleepTo)
+	d.mu.Unlock()
+	if soon {
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// claimBatch is the most subscribers one claim takes.
+const claimBatch = 64
+
+func (ds *dispatchers) run(d *dispatcher) {
+	h := ds.h
+	ready, claimed := h.keys.Ready(d.region), h.keys.Claimed(d.region)
+	poll := h.cfg.PollInterval // notifications from other processes are seen this often
+	for backoff := time.Duration(0); ; {
+		subs, next, err := h.gates.Claim(ds.ctx, ready, claimed, claimBatch)
+		switch {
+		case ds.ctx.Err() != nil:
+			return
+		case err != nil:
+			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			h.log.Warn("dispatcher: could not claim turns; trying again", "region", d.region, "err", err, "in", backoff)
+			if !sleep(ds.ctx, backoff) {
+				return
+			}
+			continue
+		}
+		backoff = 0
+		if len(subs) > 0 {
+			ds.turns(d, subs)
+			continue // more may be due
+		}
+		wait := poll
+		if !next.IsZero() {
+			wait = min(wait, max(time.Until(next), 0))
+		}
+		d.mu.Lock()
+		d.sleepTo = time.Now().Add(wait)
+		d.mu.Unlock()
+		t := time.NewTimer(wait)
+		select {
+		case <-ds.ctx.Done():
+			t.Stop()
+			return
+		case <-d.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// turns runs the claimed subscribers' turns side by side (their scripts
+// share round trips: deploy.AutoPipeline), enqueues what they hand out and
+// gives each its next turn.
+func (ds *dispatchers) turns(d *dispatcher, subs []string) {
+	h := ds.h
+	ctx := context.WithoutCancel(ds.ctx) // a claimed turn is finished, even while stopping
+	next := make([]time.Time, len(subs))
+	var wg sync.WaitGroup
+	for i, id := range subs {
+		wg.Go(func() { next[i] = ds.turn(ctx, d.region, id) })
+	}
+	wg.Wait()
+	if err := h.gates.Release(ctx, h.keys.Ready(d.region), h.keys.Claimed(d.region), subs, next); err != nil {
+		// The claims lapse by themselves and the turns come again.
+		h.log.Warn("dispatcher: could not release its turns; they come again after the claim's lease", "region", d.region, "err", err)
+	}
+}
+
+// turn runs one subscriber's turn and returns when it needs the next.
+func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
+	h := ds.h
+	sub, err := h.subscriber(ctx, id, "")
+	switch {
+	case errors.Is(err, errDeleted):
+		sub = cachedSub{Subscriber: tasks.Subscriber{ID: id, Limit: limits.DefaultLimit, MaxInFlight: 1}}
+	case err != nil:
+		return time.Now().Add(time.Second)
+	}
+	if r := cmpRegion(sub.Region); r != region {
+		// Moved to another region: its dispatchers hand it out there.
+		if err := h.gates.Notify(ctx, h.keys.Ready(r), id, time.Time{}); err != nil {
+			return time.Now().Add(time.Second)
+		}
+		return time.Time{}
+	}
+	probeHold := h.cfg.RequestTimeout + h.cfg.maxWait() + 5*time.Second
+	tr, err := h.gates.Turn(ctx, h.keys.Gates(id), h.pace(&sub.Subscriber), probeHold)
+	if err != nil {
+		h.log.Warn("dispatcher: turn failed; trying again", "subscriber_id", id, "err", err)
+		return time.Now().Add(time.Second)
+	}
+	if tr.Dropped > 0 {
+		h.stats.Dropped.Add(int64(tr.Dropped))
+		h.totals.count(DroppedDeleted, int64(tr.Dropped))
+	}
+	// Enqueued side by side, so that they share round trips; one that is
+	// not waits in the lot's hand-outs until its lease ends, and the next
+	// turn hands it out again.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, handOutsAtOnce)
+	for _, o := range tr.Handouts {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := h.prod.HandOut(ctx, sub.Subscriber, o.EventID, o.Lane, h.shards, true); err != nil {
+				h.log.Warn("dispatcher: could not enqueue a delivery; it is handed out again after its lease", "subscriber_id", id,
+					"event_id", o.EventID, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	h.stats.HandedOut.Add(int64(len(tr.Handouts)))
+	return tr.Next
+}
+
+// handOutsAtOnce is how many of a turn's hand-outs are enqueued at once.
+const handOutsAtOnce = 64
+
+// cmpRegion is a subscriber's region as queues and ready indexes name it.
+func cmpRegion(r string) string {
+	if r == "" {
+		return tasks.DefaultRegion
+	}
+	return r
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package worker_test
+
+const raceBuild = false
