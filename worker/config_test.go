@@ -69,6 +69,17 @@ func TestFromEnvRefusesZeroAndNegativeValues(t *testing.T) {
 
 // HOOKLANE_MAX_WAIT=0 means no in-handler wait: a request the rate limit
 // would let go 100ms later is deferred, not waited for.
+// A setting of the release before that no longer means anything is
+// refused at start, whatever its value, saying why: nobody should believe
+// a paused subscriber's events are looked at again every 30s.
+func TestGoneSettingIsRefused(t *testing.T) {
+	t.Setenv("HOOKLANE_PAUSE_RECHECK", "30s")
+	if _, err := worker.FromEnv(); err == nil || !strings.Contains(err.Error(), "HOOKLANE_PAUSE_RECHECK") ||
+		!strings.Contains(err.Error(), "never looked at again") {
+		t.Fatalf("HOOKLANE_PAUSE_RECHECK=30s: %v; want it refused as gone, saying why", err)
+	}
+}
+
 func TestMaxWaitZeroWaitsNothing(t *testing.T) {
 	t.Setenv("HOOKLANE_MAX_WAIT", "0")
 	cfg, err := worker.FromEnv()
