@@ -79,8 +79,11 @@ func TestOneSubscribersFloodDoesNotHoldUpAnother(t *testing.T) {
 // off the count, a moment before asynq removes the task: the active ones
 // are counted apart.)
 func TestFreshLaneCapHoldsForAFailingEndpoint(t *testing.T) {
-	// Not parallel: it shortens limits.FreshTTL for the package.
-	defer func(ttl time.Duration) { limits.FreshTTL = ttl }(limits.FreshTTL)
+	// Not parallel: it shortens limits.FreshTTL for the package. Restored
+	// by a cleanup registered before the worker's, so it runs after the
+	// worker (whose dispatchers read it) has stopped.
+	ttl := limits.FreshTTL
+	t.Cleanup(func() { limits.FreshTTL = ttl })
 	limits.FreshTTL = 300 * time.Millisecond
 	ctx := context.Background()
 	// Ten handler slots for a destination that takes 300 at once: its
