@@ -29,7 +29,7 @@ test: redis-server chromium ## run the whole test suite under the race detector 
 	@# more than on the CPU.
 	$(GO) test -race -vet=all -p 1 -parallel 4 -count=1 -timeout 40m ./...
 
-test-short: redis-server ## the quick loop, under a minute: the suite without the Cluster, Sentinel, worker-process and browser tests, no race detector
+test-short: redis-server ## the quick loop (~1.5 min here): the suite without the Cluster, Sentinel, worker-process and browser tests, no race detector
 	$(GO) test -short -parallel 4 -count=1 ./...
 
 lint: $(LINTERS) ## gofmt, go vet, and web/openapi.json through spectral and redocly (installed with npm into .hooklane/node)

@@ -50,7 +50,11 @@ func AutoPipeline(c redis.UniversalClient) (redis.UniversalClient, error) {
 func unresolve(o *redis.Options) {
 	// A client writes its own push-notification processor into its
 	// options; shared, the new client could not register its handlers.
+	// Its maintenance-notification settings it changes as its connections
+	// start (under a lock of its own): the new client takes the defaults
+	// instead of reading them meanwhile (hooklane sets neither).
 	o.PushNotificationProcessor = nil
+	o.MaintNotificationsConfig = nil
 	o.MaxRetries = cmpNone(o.MaxRetries)
 	o.ReadTimeout, o.WriteTimeout = timeout(o.ReadTimeout), timeout(o.WriteTimeout)
 	o.MinRetryBackoff, o.MaxRetryBackoff = cmpNone(o.MinRetryBackoff), cmpNone(o.MaxRetryBackoff)
@@ -59,6 +63,7 @@ func unresolve(o *redis.Options) {
 // unresolveCluster is unresolve for a Cluster's options (whose MaxRetries
 // keeps -1 as given).
 func unresolveCluster(o *redis.ClusterOptions) {
+	o.MaintNotificationsConfig = nil
 	o.ReadTimeout, o.WriteTimeout = timeout(o.ReadTimeout), timeout(o.WriteTimeout)
 	o.MinRetryBackoff, o.MaxRetryBackoff = cmpNone(o.MinRetryBackoff), cmpNone(o.MaxRetryBackoff)
 }

@@ -131,3 +131,36 @@ func TestAutoPipelineKeepsTheOptions(t *testing.T) {
 	c.Close()
 	ap.Close()
 }
+
+// A client in use can be auto-pipelined: its connections starting (which
+// change its options' notification settings) race nothing with the copy
+// AutoPipeline makes (run under -race, as make test does).
+func TestAutoPipelineOfAClientInUse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r, err := deploy.StartRedis(ctx, deploy.RedisOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, PoolSize: 64})
+	t.Cleanup(func() { c.Close() })
+	var wg sync.WaitGroup
+	for range 32 { // 32 connections start at once
+		wg.Go(func() { _ = c.Ping(ctx).Err() })
+	}
+	for range 8 {
+		wg.Go(func() {
+			ap, err := deploy.AutoPipeline(c)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := ap.Ping(ctx).Err(); err != nil {
+				t.Error(err)
+			}
+			ap.Close()
+		})
+	}
+	wg.Wait()
+}
