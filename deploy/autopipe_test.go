@@ -20,6 +20,7 @@ import (
 // goroutines ends where it must, a missing key answers redis.Nil to its
 // caller alone, a command Redis refuses fails its caller alone; a script
 // falls back from its sha as it would; a MULTI/EXEC pipeline runs as one.
+// A server of its own: it counts the server's round trips.
 func TestAutoPipelineSharesRoundTrips(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -138,12 +139,7 @@ func TestAutoPipelineKeepsTheOptions(t *testing.T) {
 func TestAutoPipelineOfAClientInUse(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r, err := deploy.StartRedis(ctx, deploy.RedisOpts{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, PoolSize: 64})
+	c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: 64})
 	t.Cleanup(func() { c.Close() })
 	var wg sync.WaitGroup
 	for range 32 { // 32 connections start at once

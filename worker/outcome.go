@@ -191,7 +191,7 @@ func (h *handler) base(r *run, resp *response, state string) outcome {
 		AttemptsSpent: r.adm.Spent, Body: strings.ToValidUTF8(string(resp.body), "\uFFFD")}
 	if resp.err != nil {
 		o.att.Error = resp.err.Error()
-	} else if _, ok := limits.ParseRetryAfter(resp.retryAfter, resp.received, time.Hour); resp.retryAfter != "" && !ok {
+	} else if resp.raIgnored {
 		o.att.Error = retryAfterIgnored(resp.retryAfter)
 	}
 	code := "error"
@@ -320,7 +320,7 @@ func describe(r response) string {
 	if r.retryAfter != "" || r.status == http.StatusTooManyRequests || r.status == http.StatusServiceUnavailable {
 		s += fmt.Sprintf("; Retry-After %q", r.retryAfter)
 	}
-	if _, ok := limits.ParseRetryAfter(r.retryAfter, r.received, time.Hour); r.retryAfter != "" && !ok {
+	if r.raIgnored {
 		s += "; " + retryAfterIgnored(r.retryAfter)
 	}
 	return s

@@ -15,6 +15,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -45,10 +46,14 @@ func newHTTPClient(c Config) *http.Client {
 type response struct {
 	status     int
 	retryAfter string
-	received   time.Time
-	latency    time.Duration
-	body       []byte // the first Config.ResponseBody bytes of the body
-	err        error  // transport error: no status
+	// raIgnored: retryAfter is set but neither delay-seconds nor an
+	// HTTP-date, so it cannot be obeyed (limits.ReadRetryAfter, the
+	// parse the cooldown uses).
+	raIgnored bool
+	received  time.Time
+	latency   time.Duration
+	body      []byte // the first Config.ResponseBody bytes of the body
+	err       error  // transport error: no status
 }
 
 // sign returns the webhook-signature header value: one "v1,<base64>" per
@@ -117,6 +122,10 @@ func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, event
 	resp.Body.Close()
 	r := response{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"),
 		received: received, latency: time.Since(start), body: kept.Bytes()}
+	if r.retryAfter != "" {
+		_, ok := limits.ReadRetryAfter(r.retryAfter)
+		r.raIgnored = !ok
+	}
 	if err != nil && resp.StatusCode/100 != 2 {
 		r.err = fmt.Errorf("HTTP %d, then reading the body: %w", resp.StatusCode, err)
 	}
