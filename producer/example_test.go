@@ -17,7 +17,7 @@ import (
 // same event again is reported as a duplicate and delivered only once.
 func Example() {
 	ctx := context.Background()
-	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: testkit.Namespace("example")})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: testkit.Namespace("example")})
 	if err != nil {
 		panic(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -107,6 +108,19 @@ type Config struct {
 	// WaitTimeout is the longest a publish waits for WaitReplicas. It must
 	// stay below the client's read timeout (go-redis: 3s). Default 1s.
 	WaitTimeout time.Duration
+	// AllowedCIDRs (HOOKLANE_ALLOWED_CIDRS, comma-separated) are the
+	// addresses a subscriber URL may name literally although the worker's
+	// SSRF guard refuses their kind (loopback, private, link-local…): give
+	// the web processes the worker's list. A URL naming a refused address is
+	// refused when it is written (ErrInvalid naming url); host names are
+	// checked by the worker, on what they resolve to, at delivery.
+	AllowedCIDRs []netip.Prefix
+	// MaxRegions (HOOKLANE_MAX_REGIONS) is how many regions a namespace's
+	// subscribers may name, the default region included: every region costs
+	// each worker serving all regions its Servers (README, configuration).
+	// A subscriber naming one more is refused (ErrInvalid naming region).
+	// Default 8.
+	MaxRegions int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -123,6 +137,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxNotBefore = cmp.Or(c.MaxNotBefore, DefaultMaxNotBefore)
 	c.FreshMax = cmp.Or(c.FreshMax, 100)
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, time.Second)
+	c.MaxRegions = cmp.Or(c.MaxRegions, DefaultMaxRegions)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -155,6 +170,8 @@ func (c Config) validate() error {
 		return errors.New("producer: Shards must be 0 (the namespace's) or 1-256")
 	case c.FreshMax < 1:
 		return errors.New("producer: FreshMax must be positive")
+	case c.MaxRegions < 1 || c.MaxRegions > 64:
+		return errors.New("producer: MaxRegions must be 1-64")
 	case c.WaitReplicas < 0:
 		return errors.New("producer: WaitReplicas must not be negative")
 	case c.WaitTimeout < time.Millisecond:
@@ -174,6 +191,9 @@ func (c Config) validate() error {
 
 // DefaultMaxNotBefore is Config.MaxNotBefore's default.
 const DefaultMaxNotBefore = 7 * 24 * time.Hour
+
+// DefaultMaxRegions is Config.MaxRegions' default.
+const DefaultMaxRegions = 8
 
 // Producer registers subscribers and publishes events. It is safe for
 // concurrent use.

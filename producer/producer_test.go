@@ -34,7 +34,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Parallel()
 	ns := testkit.Namespace("p")
-	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +88,43 @@ func TestSubscriberCRUD(t *testing.T) {
 	}
 	if err := b.p.DeleteSubscriber(ctx, "acme-crm"); !errors.Is(err, producer.ErrUnknownSubscriber) {
 		t.Fatalf("second delete: %v, want ErrUnknownSubscriber", err)
+	}
+}
+
+// A subscriber URL naming, as a literal, an address the worker refuses is
+// refused when written, naming the allowlist, and nothing is stored; the
+// allowlist (Config.AllowedCIDRs, HOOKLANE_ALLOWED_CIDRS) lets it through.
+// No address is dialed.
+func TestRefusedAddressIsRefusedWhenWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	closed, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: testkit.Namespace("ssrf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closed.Close() })
+	for _, u := range []string{"http://10.0.0.1/h", "http://169.254.169.254/latest/meta-data", "http://0.0.0.0:80/", "http://[::1]:9/", "http://127.0.0.1:9/"} {
+		_, err := closed.PutSubscriber(ctx, tasks.Subscriber{ID: "s", URL: u})
+		if !errors.Is(err, producer.ErrInvalid) || !strings.Contains(err.Error(), "url") || !strings.Contains(err.Error(), "HOOKLANE_ALLOWED_CIDRS") {
+			t.Errorf("%s: err = %v, want ErrInvalid naming url and HOOKLANE_ALLOWED_CIDRS", u, err)
+		}
+		if _, err := closed.GetSubscriber(ctx, "s"); !errors.Is(err, producer.ErrUnknownSubscriber) {
+			t.Fatalf("%s: a refused PUT stored something: %v", u, err)
+		}
+	}
+	if _, err := closed.PutSubscriber(ctx, tasks.Subscriber{ID: "named", URL: "https://hooks.example.test/h"}); err != nil {
+		t.Errorf("a host name: %v; want it accepted (the worker checks what it resolves to)", err)
+	}
+	loopback, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: testkit.Namespace("ssrf")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { loopback.Close() })
+	if _, err := loopback.PutSubscriber(ctx, tasks.Subscriber{ID: "s", URL: "http://127.0.0.1:9/"}); err != nil {
+		t.Errorf("127.0.0.1 with loopback allowed: %v", err)
+	}
+	if _, err := loopback.PutSubscriber(ctx, tasks.Subscriber{ID: "s", URL: "http://10.0.0.1/h"}); !errors.Is(err, producer.ErrInvalid) {
+		t.Errorf("10.0.0.1 with loopback allowed: %v, want ErrInvalid", err)
 	}
 }
 
@@ -155,7 +192,7 @@ func TestValidationErrors(t *testing.T) {
 
 func TestRedisDownAtPublish(t *testing.T) {
 	t.Parallel()
-	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: "redis://127.0.0.1:1/0"}})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: "redis://127.0.0.1:1/0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +270,7 @@ func TestPublishFanOutAndDuplicates(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, tasks.Keys(b.ns).Event("evt_1")).Val(); ttl < 24*time.Hour+producer.EventMargin-time.Minute || ttl > 24*time.Hour+producer.EventMargin {
 		t.Fatalf("stored event's ttl %v; want the 24h horizon and %v", ttl, producer.EventMargin)
 	}
-	short, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: b.ns, PayloadRetention: 72 * time.Hour})
+	short, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: b.ns, PayloadRetention: 72 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +459,7 @@ func TestDeleteAndCreateAgainDoNotInterleave(t *testing.T) {
 	hooked.AddHook(&before{key: keys.Gate("s"), fn: func() {
 		created = b.put(t, tasks.Subscriber{ID: "s", URL: "https://b.test"}) // the re-create slips in
 	}})
-	p, err := producer.New(&producer.Config{Redis: hooked, Namespace: b.ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: hooked, Namespace: b.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -529,11 +566,11 @@ func TestWaitReplicas(t *testing.T) {
 		cfg  producer.Config
 		want string
 	}{
-		{"cluster client", producer.Config{Redis: cluster, WaitReplicas: 1}, "Redis Cluster"},
-		{"cluster config", producer.Config{RedisConfig: deploy.RedisConfig{ClusterAddrs: []string{"127.0.0.1:1"}}, WaitReplicas: 1}, "Redis Cluster"},
-		{"wait past the read timeout", producer.Config{Redis: short, WaitReplicas: 1, WaitTimeout: time.Second}, "ReadTimeout"},
-		{"sub-millisecond wait", producer.Config{Redis: short, WaitReplicas: 1, WaitTimeout: time.Microsecond}, "WaitTimeout"},
-		{"negative", producer.Config{Redis: short, WaitReplicas: -1}, "WaitReplicas"},
+		{"cluster client", producer.Config{AllowedCIDRs: testkit.Loopback, Redis: cluster, WaitReplicas: 1}, "Redis Cluster"},
+		{"cluster config", producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{ClusterAddrs: []string{"127.0.0.1:1"}}, WaitReplicas: 1}, "Redis Cluster"},
+		{"wait past the read timeout", producer.Config{AllowedCIDRs: testkit.Loopback, Redis: short, WaitReplicas: 1, WaitTimeout: time.Second}, "ReadTimeout"},
+		{"sub-millisecond wait", producer.Config{AllowedCIDRs: testkit.Loopback, Redis: short, WaitReplicas: 1, WaitTimeout: time.Microsecond}, "WaitTimeout"},
+		{"negative", producer.Config{AllowedCIDRs: testkit.Loopback, Redis: short, WaitReplicas: -1}, "WaitReplicas"},
 	} {
 		if _, err := producer.New(&c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: New: %v, want an error naming %s", c.name, err, c.want)
@@ -541,7 +578,7 @@ func TestWaitReplicas(t *testing.T) {
 	}
 
 	ns := testkit.Namespace("wait")
-	p, err := producer.New(&producer.Config{Redis: short, Namespace: ns, WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: short, Namespace: ns, WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestPublishReadsOnlyTheMatchingSubscribers(t *testing.T) {
 	defer srv.Stop()
 	ns := testkit.Namespace("cost")
 	keys := tasks.Keys(ns)
-	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: srv.URL}, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: srv.URL}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

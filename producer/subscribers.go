@@ -49,6 +49,9 @@ func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (ta
 	if err := s.Validate(); err != nil {
 		return s, false, err
 	}
+	if err := tasks.ValidateURLAddress(s.URL, p.cfg.AllowedCIDRs); err != nil {
+		return s, false, err
+	}
 	pause := s.Paused
 	var old tasks.Subscriber
 	var found bool

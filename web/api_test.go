@@ -125,6 +125,11 @@ func TestValidationErrors(t *testing.T) {
 		{"id mismatch", "PUT", "/v1/subscribers/a", `{"id":"b","url":"https://a.test"}`, 422, "invalid", "id"},
 		{"bad url", "PUT", "/v1/subscribers/a", `{"url":"ftp://a.test"}`, 422, "invalid", "url"},
 		{"no url", "PUT", "/v1/subscribers/a", `{}`, 422, "invalid", "url"},
+		// Literal addresses the worker's SSRF guard refuses: refused when
+		// written, naming the allowlist (the tests allow loopback only).
+		{"private address", "PUT", "/v1/subscribers/a", `{"url":"http://10.0.0.1/h"}`, 422, "invalid", "url"},
+		{"metadata address", "PUT", "/v1/subscribers/a", `{"url":"http://169.254.169.254/latest"}`, 422, "invalid", "url"},
+		{"unspecified address", "PUT", "/v1/subscribers/a", `{"url":"http://0.0.0.0:8080/"}`, 422, "invalid", "url"},
 		{"bad secret", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","secrets":["hunter2"]}`, 422, "invalid", "secrets"},
 		{"zero rate", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":0,"burst":1,"period":"1s"}}`, 422, "invalid", "rate_limit.rate"},
 		{"bad period", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":1,"burst":1,"period":"soon"}}`, 422, "invalid", "rate_limit.period"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"time"
@@ -57,6 +58,14 @@ type Config struct {
 	// MaxNotBefore (HOOKLANE_MAX_NOT_BEFORE) is the furthest ahead a
 	// publish's not_before may be (producer.Config.MaxNotBefore).
 	MaxNotBefore time.Duration
+	// AllowedCIDRs (HOOKLANE_ALLOWED_CIDRS, comma-separated) are the
+	// addresses a subscriber URL may name literally although the worker's
+	// SSRF guard refuses their kind: give it the workers' list
+	// (producer.Config.AllowedCIDRs).
+	AllowedCIDRs []netip.Prefix
+	// MaxRegions (HOOKLANE_MAX_REGIONS) is how many regions subscribers may
+	// name, the default one included (producer.Config.MaxRegions). Default 8.
+	MaxRegions int
 	// MaxBodyBytes caps a request body. Default 1 MiB: an event's data may
 	// be 256 KiB, and more once JSON-escaped.
 	MaxBodyBytes int64
@@ -148,7 +157,14 @@ func FromEnv() (Config, error) {
 	if port := os.Getenv("PORT"); c.Addr == "" && port != "" {
 		c.Addr = ":" + port
 	}
-	for name, dst := range map[string]*int{"HOOKLANE_INGEST_RATE": &c.IngestRate, "HOOKLANE_INGEST_BURST": &c.IngestBurst} {
+	if v := os.Getenv("HOOKLANE_ALLOWED_CIDRS"); v != "" {
+		var perr error
+		if c.AllowedCIDRs, perr = tasks.ParseCIDRs(v); perr != nil {
+			err = errors.Join(err, fmt.Errorf("web: HOOKLANE_ALLOWED_CIDRS: %w", perr))
+		}
+	}
+	for name, dst := range map[string]*int{"HOOKLANE_INGEST_RATE": &c.IngestRate, "HOOKLANE_INGEST_BURST": &c.IngestBurst,
+		"HOOKLANE_MAX_REGIONS": &c.MaxRegions} {
 		if v := os.Getenv(name); v != "" {
 			n, perr := strconv.Atoi(v)
 			if perr != nil || n < 1 {

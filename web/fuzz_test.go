@@ -57,7 +57,7 @@ func FuzzAPIRequests(f *testing.F) {
 			}
 		}
 	}
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: testkit.Namespace("fuzz"), Logger: quiet})
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: testkit.Namespace("fuzz"), Logger: quiet})
 	if err != nil {
 		f.Fatal(err)
 	}

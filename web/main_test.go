@@ -46,13 +46,13 @@ func setup(t *testing.T, wcfg *worker.Config) *bundle {
 	t.Helper()
 	t.Parallel()
 	ns := testkit.Namespace("web")
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: ns, Logger: quiet})
+	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: ns, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := &bundle{ns: ns, srv: httptest.NewServer(s.Handler())}
 	b.rdb = redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	b.p, _ = producer.New(&producer.Config{Redis: b.rdb, Namespace: ns, Logger: quiet})
+	b.p, _ = producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: b.rdb, Namespace: ns, Logger: quiet})
 	b.insp = asynq.NewInspectorFromRedisClient(b.rdb)
 	t.Cleanup(func() { b.srv.Close(); s.Close(); b.rdb.Close() })
 	if wcfg != nil {

@@ -296,7 +296,7 @@ func monitoredWeb(t *testing.T, name string) (*deploy.Redis, *httptest.Server, *
 	}
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(func() { hs.Close(); s.Close() })
-	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: srv.URL}, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: srv.URL}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, rdb: rdb}
 	s.p, err = producer.New(&producer.Config{Redis: s.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger,
-		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention, MaxNotBefore: cfg.MaxNotBefore})
+		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention, MaxNotBefore: cfg.MaxNotBefore,
+		AllowedCIDRs: cfg.AllowedCIDRs, MaxRegions: cfg.MaxRegions})
 	if err != nil {
 		s.rdb.Close()
 		return nil, err

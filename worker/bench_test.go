@@ -60,7 +60,7 @@ func BenchmarkFairness(b *testing.B) {
 		ctx := context.Background()
 		ns := testkit.Namespace("fairbench")
 		rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: 64})
-		p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+		p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -320,7 +320,7 @@ func FromEnv() (Config, error) {
 	}
 	if v := os.Getenv("HOOKLANE_ALLOWED_CIDRS"); v != "" {
 		var err error
-		if c.AllowedCIDRs, err = ParseCIDRs(v); err != nil {
+		if c.AllowedCIDRs, err = tasks.ParseCIDRs(v); err != nil {
 			errs = append(errs, fmt.Errorf("HOOKLANE_ALLOWED_CIDRS: %w", err))
 		}
 	}

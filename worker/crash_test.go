@@ -40,7 +40,7 @@ func newCrashBundle(t testing.TB, ns string, sub tasks.Subscriber) *crashBundle 
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

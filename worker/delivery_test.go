@@ -446,7 +446,7 @@ func TestLedgerWriteFailureRetriesTheTask(t *testing.T) {
 	// No retries inside the client: the failed command fails the write.
 	rdb := redis.NewClient(&redis.Options{Addr: strings.TrimSuffix(strings.TrimPrefix(proxy.URL(), "redis://"), "/0"), MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

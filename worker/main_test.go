@@ -57,7 +57,7 @@ func setup(t testing.TB, cfg worker.Config) *bundle {
 // Sentinel's) and namespace ns; the caller closes rdb.
 func setupOn(t testing.TB, rdb redis.UniversalClient, ns string, cfg worker.Config) *bundle {
 	t.Helper()
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func procBundle(t testing.TB, env ...string) *bundle {
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: 64})
 	t.Cleanup(func() { rdb.Close() })
 	ns := testkit.Namespace("w")
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func redisBytes(b *testing.B, size, subs, n int) (pending, delivered, dataset fl
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
 	defer rdb.Close()
 	ns := testkit.Namespace("bytes")
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -179,7 +179,7 @@ func TestResumeCostsTheSameWith20000Waiting(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	c.AddHook(count)
 	t.Cleanup(func() { c.Close() })
-	p, err := producer.New(&producer.Config{Redis: c, Namespace: b.ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: c, Namespace: b.ns})
 	if err != nil {
 		t.Fatal(err)
 	}

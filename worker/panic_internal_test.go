@@ -47,7 +47,7 @@ func TestPanicIsACommittedFailure(t *testing.T) {
 	}
 	w.h.client.Transport = &panicOnce{next: w.h.client.Transport}
 	s := testkit.NewSink(t, nil)
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func testRedisRestart(t *testing.T, kill bool) {
 		return true
 	})
 	const ns = "redis-restart"
-	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: r.URL}, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: r.URL}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestPublishWhenRedisGoesAway(t *testing.T) {
 	ns := testkit.Namespace("publish-cut-")
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	defer rdb.Close()
-	direct, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	direct, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestPublishWhenRedisGoesAway(t *testing.T) {
 		}
 	}
 	proxy := newFaultProxy(t, redisSrv.Addr)
-	p, err := producer.New(&producer.Config{RedisConfig: deploy.RedisConfig{URL: proxy.URL()}, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: proxy.URL()}, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestRegionWorkersClaimOnlyTheirRegion(t *testing.T) {
 	ns := testkit.Namespace("region")
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

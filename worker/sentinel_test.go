@@ -101,7 +101,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	t.Cleanup(func() { rdb.Close() })
 	ns := testkit.Namespace("sentinel")
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}

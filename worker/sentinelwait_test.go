@@ -49,7 +49,7 @@ func waitReplicasFailover(t *testing.T, wait int) {
 	}
 	t.Cleanup(func() { rdb.Close() })
 	ns := testkit.Namespace("wait")
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns, WaitReplicas: wait, WaitTimeout: 100 * time.Millisecond})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns, WaitReplicas: wait, WaitTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

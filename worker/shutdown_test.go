@@ -20,7 +20,7 @@ func TestShutdownFinishesInFlightDelivery(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	defer rdb.Close()
 	ns := testkit.Namespace("shutdown-finish-")
-	p, _ := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	p, _ := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	entered := make(chan struct{}, 1)
 	s := testkit.NewSink(t, func(http.ResponseWriter, int) { entered <- struct{}{}; time.Sleep(time.Second) })
 	if _, err := p.PutSubscriber(context.Background(), tasks.Subscriber{ID: "s", URL: s.URL}); err != nil {
@@ -41,7 +41,7 @@ func TestShutdownRequeuesWhatCannotFinish(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	defer rdb.Close()
 	ns := testkit.Namespace("shutdown-requeue-")
-	p, _ := producer.New(&producer.Config{Redis: rdb, Namespace: ns})
+	p, _ := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
 	entered := make(chan struct{}, 2)
 	s := testkit.NewSink(t, func(_ http.ResponseWriter, n int) {
 		entered <- struct{}{}

@@ -3,6 +3,7 @@ package loadtest
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -30,7 +31,7 @@ func TestQueuesOfFindsEveryShardAndRegion(t *testing.T) {
 	}
 	t.Cleanup(func() { rdb.Close() })
 	const ns, shards = "q", 3
-	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns, Shards: shards})
+	p, err := producer.New(&producer.Config{Redis: rdb, Namespace: ns, Shards: shards, AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,8 +78,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("web: %w (set PORT to use another port)", err)
 	}
+	// The demo receiver is on loopback: its subscribers name 127.0.0.1,
+	// which the web process and the worker allow here; production stays
+	// closed.
+	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 	srv, err := web.New(web.Config{Addr: ln.Addr().String(), Token: token, RedisConfig: rc,
-		Namespace: o.Getenv("HOOKLANE_NAMESPACE"), Logger: log.With("process", "web")})
+		Namespace: o.Getenv("HOOKLANE_NAMESPACE"), Logger: log.With("process", "web"), AllowedCIDRs: loopback})
 	if err != nil {
 		ln.Close()
 		return err
@@ -98,8 +102,7 @@ func Run(ctx context.Context, o Options) error {
 	wcfg.BackoffBase = cmp.Or(wcfg.BackoffBase, time.Second)
 	wcfg.BackoffMax = cmp.Or(wcfg.BackoffMax, 5*time.Second)
 	if wcfg.AllowedCIDRs == nil {
-		// The demo receiver is on loopback; production stays closed.
-		wcfg.AllowedCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+		wcfg.AllowedCIDRs = loopback
 	}
 	w, err := worker.New(wcfg)
 	if err != nil {
