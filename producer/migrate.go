@@ -22,14 +22,15 @@ type MigrationReport struct {
 // (worker/legacy.go). What is left to do is to delete what this release no
 // longer reads and nothing expires: each subscriber's waiting index and
 // pacing cursor, and its namespace counters, which move to the totals'
-// slot. Workers run it at start, once per namespace;
+// slot; and to count the subscribers of each region (that release kept a
+// set of every region ever named, which Migrate run again deletes). Workers run it at start, once per namespace;
 // `hooklane migrate` (again) runs it after the release before's web
 // processes are gone, for what they wrote meanwhile. It is safe to run any
 // number of times, by several processes at once, and costs a round trip
 // per 500 subscribers.
 func (p *Producer) Migrate(ctx context.Context, again bool) (MigrationReport, error) {
 	var rep MigrationReport
-	if done, err := p.rdb.HGet(ctx, p.keys.Layout(), "v3").Result(); err == nil && done == "1" && !again {
+	if done, err := p.rdb.HGet(ctx, p.keys.Layout(), "v4").Result(); err == nil && done == "1" && !again {
 		return rep, nil
 	}
 	for after := "-"; ; {
@@ -54,7 +55,16 @@ func (p *Producer) Migrate(ctx context.Context, again bool) (MigrationReport, er
 	if err := p.mergeLegacyCounters(ctx); err != nil {
 		return rep, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
-	if err := p.rdb.HSet(ctx, p.keys.Layout(), "v3", "1").Err(); err != nil {
+	if err := p.rebuildRegions(ctx); err != nil {
+		return rep, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	if again {
+		// The release before's workers, which read it, are gone.
+		if err := p.rdb.Del(ctx, p.keys.LegacyRegions()).Err(); err != nil {
+			return rep, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+	}
+	if err := p.rdb.HSet(ctx, p.keys.Layout(), "v4", "1").Err(); err != nil {
 		return rep, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	return rep, nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -592,5 +593,45 @@ func TestWaitReplicas(t *testing.T) {
 			!errors.Is(res.Targets[0].Err, producer.ErrNotReplicated) {
 			t.Fatalf("publish %d without a replica: %+v, %v; want the target failed with ErrNotReplicated", i+1, res, err)
 		}
+	}
+}
+
+// Migrate counts each region's subscribers from their configurations
+// (the release before kept only a set of every region ever named): the
+// old set's regions are kept with 0, for the workers to let go, and the
+// set is deleted when Migrate runs again.
+func TestMigrateCountsRegions(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.put(t, tasks.Subscriber{ID: "a", URL: "https://a.test/h", Region: "eu"})
+	b.put(t, tasks.Subscriber{ID: "b", URL: "https://a.test/h", Region: "eu"})
+	b.put(t, tasks.Subscriber{ID: "c", URL: "https://a.test/h"})
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	keys := tasks.Keys(b.ns)
+	// As the release before left it: a set, no counts.
+	if err := rdb.Del(ctx, keys.RegionSubscribers()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.SAdd(ctx, keys.LegacyRegions(), "eu", "gone").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.p.Migrate(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.p.Regions(ctx)
+	if want := map[string]int{"default": 1, "eu": 2, "gone": 0}; err != nil || !maps.Equal(got, want) {
+		t.Fatalf("regions after Migrate: %v, %v; want %v", got, err, want)
+	}
+	if n := rdb.Exists(ctx, keys.LegacyRegions()).Val(); n != 0 {
+		t.Fatal("Migrate run again left the release before's set of regions")
+	}
+	// The counts follow moves and deletes.
+	b.put(t, tasks.Subscriber{ID: "a", URL: "https://a.test/h"})
+	if err := b.p.DeleteSubscriber(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = b.p.Regions(ctx)
+	if want := map[string]int{"default": 2, "eu": 0, "gone": 0}; !maps.Equal(got, want) {
+		t.Fatalf("regions after a move and a delete: %v; want %v", got, want)
 	}
 }

@@ -106,6 +106,13 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 				return err
 			}
 			next, err := change(cur, ok)
+			if err == nil && (!ok || regionOf(cur) != regionOf(next)) {
+				var counts map[string]string
+				if counts, err = tx.HGetAll(ctx, p.keys.RegionSubscribers()).Result(); err != nil {
+					return err
+				}
+				err = p.checkRegionRoom(counts, next)
+			}
 			if err != nil {
 				changeErr = err
 				return err
@@ -120,9 +127,7 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 				} else if ok && cur.Metrics {
 					pl.ZRem(ctx, p.keys.MetricsIndex(), id)
 				}
-				if next.Region != "" {
-					pl.SAdd(ctx, p.keys.Regions(), next.Region)
-				}
+				p.moveRegion(ctx, pl, cur, ok, next)
 				for _, f := range filterKeys(p.keys, next.EventTypes) {
 					pl.SAdd(ctx, f, id)
 				}
@@ -136,7 +141,7 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 				return nil
 			})
 			return err
-		}, p.keys.SubscriberVersion(id))
+		}, p.keys.SubscriberVersion(id), p.keys.RegionSubscribers())
 		switch {
 		case err == nil:
 			return version.Val(), nil
@@ -343,6 +348,7 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 			pl.ZRem(ctx, p.keys.MetricsIndex(), id)
 			pl.SRem(ctx, p.keys.PausedIndex(), id)
 			pl.SRem(ctx, p.keys.OpenBreakers(), id)
+			pl.HIncrBy(ctx, p.keys.RegionSubscribers(), regionOf(cur), -1)
 			for _, f := range filterKeys(p.keys, cur.EventTypes) {
 				pl.SRem(ctx, f, id)
 			}

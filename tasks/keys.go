@@ -433,10 +433,20 @@ func (ns Keys) Claimed(region string) string { return ns.Ready(region) + ":claim
 // to run with another shard count.
 func (ns Keys) Layout() string { return string(ns) + ":layout" }
 
-// Regions is the set of regions subscribers name. Slot {<ns>:subs}. Owner:
-// producer. Workers serving every region read it to know which queues
-// exist.
-func (ns Keys) Regions() string { return ns.dir("regions") }
+// RegionSubscribers is a hash: region → how many subscribers name it
+// (DefaultRegion for those without one). Slot {<ns>:subs}. Owner: producer
+// (the transaction that writes or deletes a configuration moves its
+// region's count; Migrate rebuilds it from the configurations), and
+// workers serving every region, which serve its fields and delete a field
+// whose count is 0 once that region's queues and ready index are empty
+// (worker/regions.go). Its fields are at most producer.Config.MaxRegions.
+// Lives as long as the namespace.
+func (ns Keys) RegionSubscribers() string { return ns.dir("region-subs") }
+
+// LegacyRegions is the release before's set of every region a subscriber
+// ever named, never pruned. Slot {<ns>:subs}. Its workers read it; Migrate
+// run again (after they are gone) deletes it.
+func (ns Keys) LegacyRegions() string { return ns.dir("regions") }
 
 // IngestLimiterKey is the key to give a redis_rate.Limiter (which
 // prefixes it with "rate:") for the publish limit of one API token, named

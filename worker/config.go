@@ -97,6 +97,9 @@ type Config struct {
 	// deliveries this worker claims; "default" names subscribers without a
 	// region. Default: every region (and new ones as subscribers name them).
 	Regions []string
+	// RegionCheck is how often a worker serving every region looks for
+	// regions to serve and regions to let go (regions.go). Default 10s.
+	RegionCheck time.Duration
 	// Breaker is every destination's circuit breaker (see
 	// limits.BreakerPolicy): HOOKLANE_BREAKER_FAILURES (default 5 in a
 	// row), HOOKLANE_BREAKER_PROBE_GAP (1s), HOOKLANE_BREAKER_MAX_PROBE_GAP
@@ -152,6 +155,7 @@ func (c Config) WithDefaults() Config {
 	c.BackoffBase = cmp.Or(c.BackoffBase, 2*time.Second)
 	c.BackoffMax = cmp.Or(c.BackoffMax, 10*time.Minute)
 	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
+	c.RegionCheck = cmp.Or(c.RegionCheck, 10*time.Second)
 	c.ForwardInterval = cmp.Or(c.ForwardInterval, 250*time.Millisecond)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
 	c.DedupWindow = cmp.Or(c.DedupWindow, 24*time.Hour)

@@ -26,6 +26,9 @@ type dispatchers struct {
 
 type dispatcher struct {
 	region  string
+	ctx     context.Context // ends when its region is let go or the worker stops
+	cancel  context.CancelFunc
+	done    chan struct{}
 	wake    chan struct{} // this process freed a slot or parked a delivery
 	mu      sync.Mutex
 	sleepTo time.Time // when the loop means to look next
@@ -43,13 +46,27 @@ func (ds *dispatchers) start(region string) {
 	if ds.loops[region] != nil || ds.ctx.Err() != nil {
 		return
 	}
-	d := &dispatcher{region: region, wake: make(chan struct{}, 1)}
+	d := &dispatcher{region: region, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	d.ctx, d.cancel = context.WithCancel(ds.ctx)
 	ds.loops[region] = d
 	ds.wg.Add(1)
 	go func() {
 		defer ds.wg.Done()
+		defer close(d.done)
 		ds.run(d)
 	}()
+}
+
+// stopRegion ends region's loop, if this worker runs it, and waits for it.
+func (ds *dispatchers) stopRegion(region string) {
+	ds.mu.Lock()
+	d := ds.loops[region]
+	delete(ds.loops, region)
+	ds.mu.Unlock()
+	if d != nil {
+		d.cancel()
+		<-d.done
+	}
 }
 
 // stop ends the loops and waits for them.
@@ -92,14 +109,14 @@ func (ds *dispatchers) run(d *dispatcher) {
 	ready, claimed := h.keys.Ready(d.region), h.keys.Claimed(d.region)
 	poll := h.cfg.PollInterval // notifications from other processes are seen this often
 	for backoff := time.Duration(0); ; {
-		subs, next, err := h.gates.Claim(ds.ctx, ready, claimed, claimBatch)
+		subs, next, err := h.gates.Claim(d.ctx, ready, claimed, claimBatch)
 		switch {
-		case ds.ctx.Err() != nil:
+		case d.ctx.Err() != nil:
 			return
 		case err != nil:
 			backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
 			h.log.Warn("dispatcher: could not claim turns; trying again", "region", d.region, "err", err, "in", backoff)
-			if !sleep(ds.ctx, backoff) {
+			if !sleep(d.ctx, backoff) {
 				return
 			}
 			continue
@@ -118,7 +135,7 @@ func (ds *dispatchers) run(d *dispatcher) {
 		d.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {
-		case <-ds.ctx.Done():
+		case <-d.ctx.Done():
 			t.Stop()
 			return
 		case <-d.wake:

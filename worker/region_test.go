@@ -1,13 +1,19 @@
 package worker_test
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
@@ -57,4 +63,105 @@ func TestRegionWorkersClaimOnlyTheirRegion(t *testing.T) {
 	if got := b.w.Stats().Runs.Load(); got != n {
 		t.Fatalf("the EU worker made %d runs, want only its %d", got, n)
 	}
+}
+
+// Regions are bounded and let go (README, configuration): a namespace's
+// subscribers name at most producer.Config.MaxRegions regions, the
+// default one included; one more is refused and writes nothing. A region
+// no subscriber names any more stops being served once its queues are
+// empty — a moved subscriber's parked events are delivered from its new
+// region first — and its room goes to a new one. Its own Redis, so that
+// the idle cost of a region, read from Redis' command count, is this
+// worker's alone.
+func TestRegionsAreBoundedAndLetGo(t *testing.T) {
+	ctx := context.Background()
+	r, err := deploy.StartRedis(ctx, deploy.RedisOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	ns := testkit.Namespace("regions")
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns, MaxRegions: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := testkit.NewSink(t, nil)
+	put := func(id, region string) error {
+		_, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: id, URL: sink.URL, Region: region})
+		return err
+	}
+	if err := put("eu-crm", "eu"); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("us-crm", "us"); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("ap-crm", "ap"); !errors.Is(err, producer.ErrInvalid) || !strings.Contains(err.Error(), "region") || !strings.Contains(err.Error(), "HOOKLANE_MAX_REGIONS") {
+		t.Fatalf("a fourth region with MaxRegions 3: %v; want ErrInvalid naming region and HOOKLANE_MAX_REGIONS", err)
+	}
+	if _, err := p.GetSubscriber(ctx, "ap-crm"); !errors.Is(err, producer.ErrUnknownSubscriber) {
+		t.Fatalf("the refused subscriber was stored: %v", err)
+	}
+	if err := put("eu-2", "eu"); err != nil { // a region it has is always room
+		t.Fatal(err)
+	}
+
+	w, stop := startWorker(t, rdb, ns, worker.Config{RegionCheck: 100 * time.Millisecond})
+	defer stop()
+	served := func(want ...string) func() bool {
+		return func() bool { return slices.Equal(w.ServedRegions(), want) }
+	}
+	testkit.Eventually(t, 10*time.Second, "default, eu and us served", served("default", "eu", "us"))
+	idle, conns := commandsPerSecond(t, rdb), testkit.InfoInt(t, rdb, "clients", "connected_clients")
+
+	// eu-crm, paused with events parked, moves to the default region; its
+	// events go from there once resumed.
+	if err := p.SetPaused(ctx, "eu-crm", true); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := p.SendTo(ctx, "eu-crm", tasks.Event{ID: fmt.Sprintf("m%d", i), Type: "t", Data: json.RawMessage(`{}`)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := put("eu-crm", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetPaused(ctx, "eu-crm", false); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the moved subscriber's events delivered", func() bool { return sink.Count() == 3 })
+	// us-crm is deleted, eu-2 too: both regions are let go.
+	if err := p.DeleteSubscriber(ctx, "us-crm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteSubscriber(ctx, "eu-2"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "eu and us let go", served("default"))
+	if regions, err := p.Regions(ctx); err != nil || len(regions) != 1 || regions[tasks.DefaultRegion] != 1 {
+		t.Fatalf("the namespace's regions: %v, %v; want only default, named by 1", regions, err)
+	}
+	after, connsAfter := commandsPerSecond(t, rdb), testkit.InfoInt(t, rdb, "clients", "connected_clients")
+	t.Logf("an idle worker costs Redis %.0f commands/s and %d connections serving default, eu and us, %.0f and %d serving default alone",
+		idle, conns, after, connsAfter)
+	if after > idle*0.8 {
+		t.Errorf("idle cost %.0f commands/s after letting two regions go, %.0f before; want it down by a third", after, idle)
+	}
+	// Their room is free: a new region is served.
+	if err := put("ap-crm", "ap"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "ap served", served("ap", "default"))
+}
+
+// commandsPerSecond is Redis' rate of commands over two seconds.
+func commandsPerSecond(t *testing.T, rdb redis.UniversalClient) float64 {
+	t.Helper()
+	n0, t0 := testkit.InfoInt(t, rdb, "stats", "total_commands_processed"), time.Now()
+	time.Sleep(2 * time.Second)
+	n1 := testkit.InfoInt(t, rdb, "stats", "total_commands_processed")
+	return float64(n1-n0-2) / time.Since(t0).Seconds()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,6 +125,40 @@ func (s *servers) serve(region string) error {
 	return nil
 }
 
+// stop stops region's Servers (its lanes' and its legacy one) and its
+// dispatcher.
+func (s *servers) stop(region string) {
+	s.mu.Lock()
+	var stopping []*asynq.Server
+	for name, srv := range s.byName {
+		if r, _, _ := strings.Cut(name, "/"); r == region {
+			stopping = append(stopping, srv)
+			delete(s.byName, name)
+		}
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, srv := range stopping {
+		wg.Go(srv.Shutdown)
+	}
+	wg.Wait()
+	s.w.h.disp.stopRegion(region)
+}
+
+// served are the regions whose Servers run, sorted.
+func (s *servers) served() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for name := range s.byName {
+		if r, _, _ := strings.Cut(name, "/"); !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // A lane's Servers after its first poll an empty lane every extraLoopPoll
 // (asynq sleeps half to one and a half of it between tries; shutting down
 // waits for that sleep) and forward due tasks every extraLoopForward.
@@ -159,22 +194,10 @@ func (s *servers) shutdown() {
 	wg.Wait()
 }
 
-// regions are the regions a worker serves now: its configured ones, or
-// every region a subscriber names and the default one.
-func (w *Worker) regions(ctx context.Context) ([]string, error) {
-	if len(w.cfg.Regions) > 0 {
-		return w.cfg.Regions, nil
-	}
-	named, err := w.rdb.SMembers(ctx, tasks.Keys(w.cfg.Namespace).Regions()).Result()
-	if err != nil {
-		return nil, err
-	}
-	return append([]string{tasks.DefaultRegion}, named...), nil
-}
-
 // startServers waits for Redis to give the namespace's layout, then starts
 // the Servers of every region served. A worker serving all regions looks
-// for new ones every regionCheck, until ctx is done.
+// for new ones, and lets go of idle ones, every Config.RegionCheck, until
+// ctx is done (regions.go).
 func (w *Worker) startServers(ctx context.Context) (*servers, error) {
 	var layout deploy.Layout
 	for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
@@ -194,8 +217,8 @@ func (w *Worker) startServers(ctx context.Context) (*servers, error) {
 		}
 	}
 	s := &servers{w: w, shards: layout.Shards, byName: map[string]*asynq.Server{}}
-	regions, err := w.regions(ctx)
-	for ; err != nil; regions, err = w.regions(ctx) {
+	regions, err := w.regions(ctx, nil)
+	for ; err != nil; regions, err = w.regions(ctx, nil) {
 		if !sleep(ctx, time.Second) {
 			return nil, ctx.Err()
 		}
@@ -211,7 +234,7 @@ func (w *Worker) startServers(ctx context.Context) (*servers, error) {
 			return nil, err
 		}
 	}
-	go w.watchRegions(ctx, s, regions)
+	go w.watchRegions(ctx, s)
 	return s, nil
 }
 
@@ -223,47 +246,6 @@ func (w *Worker) migrate(ctx context.Context) error {
 		w.cfg.Logger.Info("deleted the release before's leftovers", "subscribers", rep.Subscribers)
 	}
 	return err
-}
-
-const regionCheck = 10 * time.Second
-
-// watchRegions starts the Servers of regions subscribers name from now on
-// (when the worker serves every region) and a region's Server of the
-// release before's queues once a task is found there (an older worker or
-// producer still running during a rolling deploy).
-func (w *Worker) watchRegions(ctx context.Context, s *servers, known []string) {
-	t := time.NewTicker(regionCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, r := range known {
-			if err := s.serveLegacy(ctx, r); err != nil {
-				w.cfg.Logger.Warn("could not look for the release before's queued tasks", "region", r, "err", err)
-			}
-		}
-		if len(w.cfg.Regions) > 0 {
-			continue
-		}
-		regions, err := w.regions(ctx)
-		if err != nil {
-			continue
-		}
-		for _, r := range regions {
-			if slices.Contains(known, r) {
-				continue
-			}
-			if err := s.serve(r); err != nil {
-				w.cfg.Logger.Error("could not serve a new region", "region", r, "err", err)
-				continue
-			}
-			known = append(known, r)
-			w.cfg.Logger.Info("serving a new region", "region", r)
-		}
-	}
 }
 
 // asynqConfig is the configuration of each of the worker's asynq Servers.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -31,6 +32,7 @@ type Worker struct {
 	totals  *totals
 	h       *handler
 	stats   Stats
+	srvs    atomic.Pointer[servers] // once started
 }
 
 // Stats returns the worker's live counters.
@@ -107,6 +109,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	w.srvs.Store(srvs)
 	attrs := []any{"namespace", w.cfg.Namespace, "concurrency", w.cfg.Concurrency, "queue_shards", srvs.shards}
 	if w.ownRDB {
 		attrs = append(attrs, "redis", w.cfg.RedisConfig) // passwords redacted

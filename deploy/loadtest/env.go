@@ -33,7 +33,7 @@ func (e *env) queuesOf(ctx context.Context, ns string) []string {
 		shards = 1
 	}
 	regions := []string{tasks.DefaultRegion}
-	if named, err := e.rdb.SMembers(ctx, keys.Regions()).Result(); err == nil {
+	if named, err := e.rdb.HKeys(ctx, keys.RegionSubscribers()).Result(); err == nil {
 		slices.Sort(named)
 		for _, r := range named {
 			if !slices.Contains(regions, r) {
