@@ -198,6 +198,7 @@ func (c Config) validate() error {
 	positive("BackoffBase (HOOKLANE_BACKOFF_BASE)", c.BackoffBase)
 	positive("BackoffMax (HOOKLANE_BACKOFF_MAX)", c.BackoffMax)
 	positive("PollInterval (HOOKLANE_POLL_INTERVAL)", c.PollInterval)
+	positive("RegionCheck", c.RegionCheck)
 	positive("ForwardInterval (HOOKLANE_FORWARD_INTERVAL)", c.ForwardInterval)
 	positive("ShutdownTimeout (HOOKLANE_SHUTDOWN_TIMEOUT)", c.ShutdownTimeout)
 	positive("DeadReportEvery (HOOKLANE_DEAD_REPORT_EVERY)", c.DeadReportEvery)
