@@ -3,8 +3,10 @@ package producer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,12 +29,28 @@ func regionOf(s tasks.Subscriber) string {
 	return s.Region
 }
 
-// checkRegionRoom refuses next's region when it is not one the namespace
-// already has and the namespace has its maximum. counts is the region
-// hash, read inside the transaction's WATCH.
-func (p *Producer) checkRegionRoom(counts map[string]string, next tasks.Subscriber) error {
+// checkRegionRoom refuses next's region, in an update's transaction tx,
+// when the namespace does not have it yet and has its maximum. A region it
+// has is always room (no WATCH: subscribers created side by side in one
+// region do not make each other start over); a new one is checked under a
+// WATCH of the counts, so that two new regions written at once cannot
+// both take the last room.
+func (p *Producer) checkRegionRoom(ctx context.Context, tx *redis.Tx, next tasks.Subscriber) error {
 	r := regionOf(next)
-	if _, ok := counts[r]; ok || r == tasks.DefaultRegion {
+	if r == tasks.DefaultRegion {
+		return nil
+	}
+	if has, err := tx.HExists(ctx, p.keys.RegionSubscribers(), r).Result(); err != nil || has {
+		return err
+	}
+	if err := tx.Watch(ctx, p.keys.RegionSubscribers()).Err(); err != nil {
+		return err
+	}
+	counts, err := tx.HGetAll(ctx, p.keys.RegionSubscribers()).Result()
+	if err != nil {
+		return err
+	}
+	if _, ok := counts[r]; ok {
 		return nil
 	}
 	n := 1 // the default region
@@ -44,14 +62,10 @@ func (p *Producer) checkRegionRoom(counts map[string]string, next tasks.Subscrib
 	if n < p.cfg.MaxRegions {
 		return nil
 	}
-	names := make([]string, 0, len(counts))
-	for f := range counts {
-		names = append(names, f)
-	}
-	slices.Sort(names)
-	return &tasks.FieldError{Field: "region", Msg: fmt.Sprintf("this namespace already has its %d regions (%v; HOOKLANE_MAX_REGIONS): "+
+	names := slices.Sorted(maps.Keys(counts))
+	return &tasks.FieldError{Field: "region", Msg: fmt.Sprintf("this namespace already has its %d regions (%s; HOOKLANE_MAX_REGIONS): "+
 		"name one of them, or delete every subscriber of one first (a region is let go within a minute once its queues are empty)",
-		p.cfg.MaxRegions, names)}
+		p.cfg.MaxRegions, strings.Join(names, ", "))}
 }
 
 // moveRegion queues, in an update's transaction, the change of the region

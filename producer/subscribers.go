@@ -107,11 +107,7 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 			}
 			next, err := change(cur, ok)
 			if err == nil && (!ok || regionOf(cur) != regionOf(next)) {
-				var counts map[string]string
-				if counts, err = tx.HGetAll(ctx, p.keys.RegionSubscribers()).Result(); err != nil {
-					return err
-				}
-				err = p.checkRegionRoom(counts, next)
+				err = p.checkRegionRoom(ctx, tx, next)
 			}
 			if err != nil {
 				changeErr = err
@@ -141,7 +137,7 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 				return nil
 			})
 			return err
-		}, p.keys.SubscriberVersion(id), p.keys.RegionSubscribers())
+		}, p.keys.SubscriberVersion(id))
 		switch {
 		case err == nil:
 			return version.Val(), nil

@@ -98,9 +98,9 @@ func (w *Worker) queuedIn(ctx context.Context, qs []string) (int64, error) {
 	return n, err
 }
 
-// regionIdle reports whether region has nothing queued and nothing
-// parked: its queues (both lanes, every shard, and the release before's)
-// and its ready index are empty.
+// regionIdle reports whether region, which no subscriber names, has
+// nothing queued and nothing parked: its queues (both lanes, every shard,
+// and the release before's) and its ready index are empty.
 func (w *Worker) regionIdle(ctx context.Context, region string, shards int) (bool, error) {
 	var qs []string
 	for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
@@ -112,12 +112,25 @@ func (w *Worker) regionIdle(ctx context.Context, region string, shards int) (boo
 	if err != nil || n > 0 {
 		return false, err
 	}
-	var ready, claimed *redis.IntCmd
+	var ready *redis.StringSliceCmd
+	var claimed *redis.IntCmd
 	_, err = w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		ready, claimed = p.ZCard(ctx, w.h.keys.Ready(region)), p.ZCard(ctx, w.h.keys.Claimed(region))
+		ready, claimed = p.ZRange(ctx, w.h.keys.Ready(region), 0, -1), p.ZCard(ctx, w.h.keys.Claimed(region))
 		return nil
 	})
-	return err == nil && ready.Val() == 0 && claimed.Val() == 0, err
+	if err != nil {
+		return false, err
+	}
+	// With no subscriber in the region, an entry is a subscriber that
+	// moved away or was deleted, due when its last turn here said (a
+	// paused one's: its horizon): its turn now hands it to its new
+	// region's dispatchers, or drops what a deleted one left.
+	for _, id := range ready.Val() {
+		if err := w.h.gates.Notify(ctx, w.h.keys.Ready(region), id, time.Time{}); err != nil {
+			return false, err
+		}
+	}
+	return len(ready.Val()) == 0 && claimed.Val() == 0, nil
 }
 
 // watchRegions, every Config.RegionCheck until ctx is done, starts the
