@@ -101,8 +101,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false) // `<`, `>`, `&` as themselves: JSON, not HTML
-	_ = enc.Encode(v)        // the client went away: nothing to do
+	enc.SetEscapeHTML(false)       // `<`, `>`, `&` as themselves: JSON, not HTML
+	_ = enc.Encode(inUTCMillis(v)) // the client went away: nothing to do
 }
 
 // writeError answers with err as an APIError; extra fields (such as the
