@@ -264,8 +264,9 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) 
 
 // RotateRequest is the optional body of POST /v1/subscribers/{id}/secrets/rotate.
 type RotateRequest struct {
-	// Grace is how long the old secrets keep signing beside the new one.
-	// Default 24h; "0s" stops them at once (a leaked secret).
+	// Grace is how long the old secrets keep signing beside the new one:
+	// 1m up to 720h, default 24h; "0s" stops them at once (a leaked
+	// secret). See producer.MinGrace.
 	Grace string `json:"grace,omitempty"`
 }
 
@@ -283,7 +284,7 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	if req.Grace != "" {
 		d, err := time.ParseDuration(req.Grace)
 		if err != nil {
-			return apiErr(http.StatusUnprocessableEntity, "invalid", "grace", "want a duration such as 24h or 0s, got %s", quoted(req.Grace))
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "grace", "want a duration such as 24h, or 0s to stop the old secrets now, got %s", quoted(req.Grace))
 		}
 		grace = d
 	}
