@@ -146,6 +146,10 @@ func TestValidationErrors(t *testing.T) {
 		{"not a url", tasks.Subscriber{ID: "a", URL: "http://[::1"}, "url"},
 		{"bad secret", tasks.Subscriber{ID: "a", URL: "https://a.test", Secrets: []string{"hunter2"}}, "secrets"},
 		{"horizon of microseconds", tasks.Subscriber{ID: "a", URL: "https://a.test", RetryHorizon: tasks.Duration(3031 * time.Nanosecond)}, "retry_horizon"},
+		{"negative horizon", tasks.Subscriber{ID: "a", URL: "https://a.test", RetryHorizon: tasks.Duration(-time.Hour)}, "retry_horizon"},
+		{"horizon past its maximum", tasks.Subscriber{ID: "a", URL: "https://a.test", RetryHorizon: tasks.Duration(721 * time.Hour)}, "retry_horizon"},
+		{"period of microseconds", tasks.Subscriber{ID: "a", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 1, Period: 500 * time.Microsecond}}, "limit.period"},
+		{"period past its maximum", tasks.Subscriber{ID: "a", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 1, Period: 25 * time.Hour}}, "limit.period"},
 		{"short secret", tasks.Subscriber{ID: "a", URL: "https://a.test", Secrets: []string{"whsec_AAAA"}}, "secrets"},
 		{"bad filter", tasks.Subscriber{ID: "a", URL: "https://a.test", EventTypes: []string{"*"}}, "event_types"},
 		{"zero rate", tasks.Subscriber{ID: "a", URL: "https://a.test", Limit: limits.Limit{Burst: 1, Period: time.Second}}, "limit"},
@@ -155,6 +159,12 @@ func TestValidationErrors(t *testing.T) {
 		_, err := b.p.PutSubscriber(ctx, tt.s)
 		if !errors.Is(err, producer.ErrInvalid) || !strings.Contains(err.Error(), tt.field) {
 			t.Errorf("%s: err = %v, want ErrInvalid naming %s", tt.name, err, tt.field)
+		}
+	}
+	// A grace is 0 (the old secrets stop now) or 1m up to 720h.
+	for _, grace := range []time.Duration{-time.Second, 3 * time.Microsecond, 59 * time.Second, 721 * time.Hour} {
+		if _, _, err := b.p.RotateSecret(ctx, "s", grace); !errors.Is(err, producer.ErrInvalid) || !strings.Contains(err.Error(), "grace") {
+			t.Errorf("RotateSecret with grace %v: err = %v, want ErrInvalid naming grace", grace, err)
 		}
 	}
 	evTests := []struct {

@@ -62,9 +62,10 @@ type PublishOpts struct {
 
 // Publish delivers ev to every subscriber whose filter matches its type. A
 // paused subscriber's event is held (queued, waiting until it is resumed)
-// unless opts.SkipPaused. A zero ev.Timestamp becomes the publish time. Its
-// cost grows with the number of matching subscribers, not with how many
-// there are: the directory indexes them by event type.
+// unless opts.SkipPaused. A zero ev.Timestamp becomes the publish time (in
+// whole seconds); any timestamp is sent in UTC to the millisecond. Its cost
+// grows with the number of matching subscribers, not with how many there
+// are: the directory indexes them by event type.
 //
 // The returned error is nil only when every target is enqueued, held or a
 // duplicate; otherwise it joins the targets' errors, and the result still
@@ -144,6 +145,8 @@ func (p *Producer) checkEvent(ev *tasks.Event, opts *PublishOpts) error {
 	if ev.Timestamp.IsZero() {
 		ev.Timestamp = now.UTC().Truncate(time.Second)
 	}
+	// Sent and answered as every time is (web/times.go): UTC, to the ms.
+	ev.Timestamp = ev.Timestamp.UTC().Truncate(time.Millisecond)
 	return nil
 }
 

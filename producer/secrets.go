@@ -13,20 +13,31 @@ import (
 // secrets signing; wait for retiring ones to expire or rotate with no grace.
 var ErrTooManySecrets = errors.New("too many secrets")
 
-// MaxGrace caps RotateSecret's grace period.
-const MaxGrace = 30 * 24 * time.Hour
+// MinGrace and MaxGrace bound RotateSecret's grace period, but for 0 (the
+// old secrets stop now). A receiver is given the time to switch to the new
+// secret, which takes it minutes at least: a grace of seconds or less is a
+// mistaken unit, not a plan, and would stop the old secrets as 0 does while
+// keeping them in the subscriber.
+const (
+	MinGrace = time.Minute
+	MaxGrace = 30 * 24 * time.Hour
+)
+
+// graceWanted is what RotateSecret's grace wants (the API and the console
+// answer this error as it is).
+const graceWanted = "want 0s (the old secrets stop now) or 1m up to 720h"
 
 // RotateSecret gives subscriber id a new secret and returns the subscriber
 // as stored and the new secret. The secrets it had keep signing (beside the
 // new one) until grace has passed, so the receiver can switch over without
-// refusing a request. Grace 0 stops every old secret at once, retiring ones
-// included: the rotation for a leaked secret.
+// refusing a request: MinGrace up to MaxGrace. Grace 0 stops every old
+// secret at once, retiring ones included: the rotation for a leaked secret.
 func (p *Producer) RotateSecret(ctx context.Context, id string, grace time.Duration) (tasks.Subscriber, string, error) {
 	if err := tasks.ValidateSubscriberID(id); err != nil {
 		return tasks.Subscriber{}, "", err
 	}
-	if grace < 0 || grace > MaxGrace {
-		return tasks.Subscriber{}, "", &tasks.FieldError{Field: "grace", Msg: "want 0 up to 720h"}
+	if grace < 0 || grace > 0 && grace < MinGrace || grace > MaxGrace {
+		return tasks.Subscriber{}, "", &tasks.FieldError{Field: "grace", Msg: fmt.Sprintf("%s, got %s", graceWanted, grace)}
 	}
 	secret, err := tasks.NewSecret()
 	if err != nil {

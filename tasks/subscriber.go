@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"time"
@@ -90,14 +92,19 @@ type Duration time.Duration
 
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
+// UnmarshalJSON reads a duration string; its error says so in words, not
+// in encoding/json's or time.ParseDuration's.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return err
+	if json.Unmarshal(b, &s) != nil {
+		return fmt.Errorf("want a duration such as 90s or 24h, got %.40s", b)
 	}
 	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as 90s or 24h, got %.40q", s)
+	}
 	*d = Duration(v)
-	return err
+	return nil
 }
 
 // WithDefaults fills unset fields and generates a secret when none is given.
@@ -201,11 +208,17 @@ func ValidateURL(raw string) error {
 		return invalid("url", "longer than 2048 bytes")
 	}
 	u, err := url.Parse(raw)
+	var uerr *url.Error
 	switch {
+	case errors.As(err, &uerr):
+		// url.Parse's reason, without its quote of the whole URL and its
+		// package name.
+		return invalid("url", "not a valid URL (%s): want an absolute http or https URL such as https://example.com/hooks",
+			strings.TrimPrefix(uerr.Err.Error(), "net/url: "))
 	case err != nil:
-		return invalid("url", "%v", err)
+		return invalid("url", "not a valid URL: want an absolute http or https URL such as https://example.com/hooks")
 	case u.Scheme != "http" && u.Scheme != "https":
-		return invalid("url", "scheme must be http or https")
+		return invalid("url", "want an absolute http or https URL such as https://example.com/hooks")
 	case u.Hostname() == "":
 		return invalid("url", "missing host")
 	case u.User != nil:

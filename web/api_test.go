@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -140,7 +141,7 @@ func TestValidationErrors(t *testing.T) {
 		{"horizon of microseconds", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","retry_horizon":"3.031µs"}`, 422, "invalid", "retry_horizon"},
 		{"event without id", "POST", "/v1/events", `{"type":"t","data":{}}`, 422, "invalid", "id"},
 		{"event without data", "POST", "/v1/events", `{"id":"e1","type":"t"}`, 422, "invalid", "data"},
-		{"event bad not_before", "POST", "/v1/events", `{"id":"e1","type":"t","data":1,"not_before":"tomorrow"}`, 400, "bad_json", ""},
+		{"event bad not_before", "POST", "/v1/events", `{"id":"e1","type":"t","data":1,"not_before":"tomorrow"}`, 422, "invalid", "not_before"},
 		{"event data too large", "POST", "/v1/events", big, 413, "payload_too_large", "data"},
 		{"body too large", "POST", "/v1/events", huge, 413, "body_too_large", ""},
 		{"event to unknown subscriber", "POST", "/v1/events", `{"id":"e1","type":"t","data":1,"subscriber_id":"nobody"}`, 404, "unknown_subscriber", ""},
@@ -149,6 +150,13 @@ func TestValidationErrors(t *testing.T) {
 		{"unknown dead letter", "DELETE", "/v1/dead-letters/a:e1", ``, 404, "unknown_dead_letter", ""},
 		{"bad grace", "POST", "/v1/subscribers/s/secrets/rotate", `{"grace":"-1h"}`, 422, "invalid", "grace"},
 		{"empty grace", "POST", "/v1/subscribers/s/secrets/rotate", `{"grace":""}`, 422, "invalid", "grace"},
+		{"grace of microseconds", "POST", "/v1/subscribers/s/secrets/rotate", `{"grace":"3µs"}`, 422, "invalid", "grace"},
+		{"grace of seconds", "POST", "/v1/subscribers/s/secrets/rotate", `{"grace":"59s"}`, 422, "invalid", "grace"},
+		{"grace past its maximum", "POST", "/v1/subscribers/s/secrets/rotate", `{"grace":"721h"}`, 422, "invalid", "grace"},
+		{"period of microseconds", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":1,"burst":1,"period":"500µs"}}`, 422, "invalid", "rate_limit.period"},
+		{"period past its maximum", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":1,"burst":1,"period":"25h"}}`, 422, "invalid", "rate_limit.period"},
+		{"negative horizon", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","retry_horizon":"-1h"}`, 422, "invalid", "retry_horizon"},
+		{"horizon past its maximum", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","retry_horizon":"721h"}`, 422, "invalid", "retry_horizon"},
 		{"null not_before", "POST", "/v1/events", `{"id":"e1","type":"t","data":1,"not_before":null}`, 422, "invalid", "not_before"},
 		{"empty subscriber_id", "POST", "/v1/events", `{"id":"e1","type":"t","data":1,"subscriber_id":""}`, 422, "invalid", "subscriber_id"},
 		{"null metrics", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","metrics":null}`, 422, "invalid", "metrics"},
@@ -170,5 +178,98 @@ func TestValidationErrors(t *testing.T) {
 	}
 	if n := testkit.Totals(t, b.insp, b.ns).Size; n != 0 {
 		t.Errorf("%d tasks after refused publishes", n)
+	}
+}
+
+// Go's own wording, which no error answer may carry: a type or package
+// name, the reference layout of time.Parse, a parser's name.
+var goWording = []string{"Go struct", "Go value", "json: ", "2006-01-02", "strconv.", `parse "`, "web.", "tasks.",
+	"time.ParseDuration", "time: ", "unmarshal", "net/url", "Time.", "reflect"}
+
+// speaksGo returns the first of goWording in msg ("" for none).
+func speaksGo(msg string) string {
+	for _, w := range goWording {
+		if strings.Contains(strings.ToLower(msg), strings.ToLower(w)) {
+			return w
+		}
+	}
+	return ""
+}
+
+// Every refused input is answered in plain words: the field named, what it
+// wants, what it got, and nothing of Go's wording (type names, time.Parse's
+// layout, a parser's own message). Through the real HTTP API, and the CLI's
+// own flags.
+func TestErrorsSpeakPlainly(t *testing.T) {
+	b := setup(t, nil)
+	b.call(t, "PUT", "/v1/subscribers/s", `{"url":"https://a.test/h"}`)
+	ev := func(extra string) string { return `{"id":"e1","type":"t","data":1,` + extra + `}` }
+	sub := func(extra string) string { return `{"url":"https://a.test/h",` + extra + `}` }
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		field, says              string // says: what the message must contain
+	}{
+		{"in-flight as a string", "PUT", "/v1/subscribers/a", sub(`"max_in_flight":"8"`), 400, "max_in_flight", `got "8"`},
+		{"in-flight a fraction", "PUT", "/v1/subscribers/a", sub(`"max_in_flight":1.5`), 400, "max_in_flight", "whole number"},
+		{"in-flight past int64", "PUT", "/v1/subscribers/a", sub(`"max_in_flight":99999999999999999999`), 400, "max_in_flight", "whole number"},
+		{"attempts as a string", "PUT", "/v1/subscribers/a", sub(`"max_attempts":"3"`), 400, "max_attempts", "whole number"},
+		{"rate as a string", "PUT", "/v1/subscribers/a", sub(`"rate_limit":{"rate":"5","burst":5,"period":"1s"}`), 400, "rate_limit.rate", `got "5"`},
+		{"rate_limit as a string", "PUT", "/v1/subscribers/a", sub(`"rate_limit":"fast"`), 400, "rate_limit", "object"},
+		{"event_types as a string", "PUT", "/v1/subscribers/a", sub(`"event_types":"video.*"`), 400, "event_types", "array"},
+		{"an event type a number", "PUT", "/v1/subscribers/a", sub(`"event_types":[1]`), 400, "event_types", "entries are each a string"},
+		{"paused as a string", "PUT", "/v1/subscribers/a", sub(`"paused":"yes"`), 400, "paused", "true or false"},
+		{"url a number", "PUT", "/v1/subscribers/a", `{"url":5}`, 400, "url", "string"},
+		{"body an array", "PUT", "/v1/subscribers/a", `[]`, 400, "", "object"},
+		{"url with a bad host", "PUT", "/v1/subscribers/a", `{"url":"http://[::1"}`, 422, "url", "URL"},
+		{"url with a colon first", "PUT", "/v1/subscribers/a", `{"url":"1http://a.test"}`, 422, "url", "URL"},
+		{"url with a control character", "PUT", "/v1/subscribers/a", `{"url":"https://a.test/\u0001"}`, 422, "url", "URL"},
+		{"url with a bad port", "PUT", "/v1/subscribers/a", `{"url":"https://a.test:port/"}`, 422, "url", "URL"},
+		{"horizon not a duration", "PUT", "/v1/subscribers/a", sub(`"retry_horizon":"forever"`), 422, "retry_horizon", `"forever"`},
+		{"period not a duration", "PUT", "/v1/subscribers/a", sub(`"rate_limit":{"rate":1,"burst":1,"period":"soon"}`), 422, "rate_limit.period", `"soon"`},
+		{"grace a number", "POST", "/v1/subscribers/s/secrets/rotate", `{"grace":5}`, 400, "grace", "string"},
+		{"grace not a duration", "POST", "/v1/subscribers/s/secrets/rotate", `{"grace":"soon"}`, 422, "grace", `"soon"`},
+		{"not_before not a time", "POST", "/v1/events", ev(`"not_before":"tomorrow"`), 422, "not_before", `got "tomorrow"`},
+		{"not_before a number", "POST", "/v1/events", ev(`"not_before":1700000000`), 400, "not_before", "RFC 3339"},
+		{"timestamp without a zone", "POST", "/v1/events", ev(`"timestamp":"2026-12-02 15:04:05"`), 422, "timestamp", "RFC 3339"},
+		{"skip_paused as a string", "POST", "/v1/events", ev(`"skip_paused":"true"`), 400, "skip_paused", "true or false"},
+		{"event id a number", "POST", "/v1/events", `{"id":1,"type":"t","data":1}`, 400, "id", "string"},
+		{"replay since not a time", "POST", "/v1/dead-letters/replay", `{"since":"yesterday"}`, 422, "since", `"yesterday"`},
+		{"replay ids a string", "POST", "/v1/dead-letters/replay", `{"ids":"s:e1"}`, 400, "ids", "array"},
+		{"replay limit as a string", "POST", "/v1/dead-letters/replay", `{"all":true,"limit":"10"}`, 400, "limit", "whole number"},
+		{"dead letters since", "GET", "/v1/dead-letters?since=yesterday", ``, 422, "since", `"yesterday"`},
+		{"dead letters until", "GET", "/v1/dead-letters?until=2026-12-02", ``, 422, "until", "RFC 3339"},
+		{"dead letters limit", "GET", "/v1/dead-letters?limit=ten", ``, 422, "limit", `"ten"`},
+		{"dead letters cursor", "GET", "/v1/dead-letters?cursor=zz!", ``, 422, "cursor", "next_cursor"},
+		{"deliveries since", "GET", "/v1/subscribers/s/deliveries?since=1700000000", ``, 422, "since", "RFC 3339"},
+		{"deliveries limit", "GET", "/v1/subscribers/s/deliveries?limit=-1", ``, 422, "limit", `"-1"`},
+		{"deliveries cursor", "GET", "/v1/subscribers/s/deliveries?cursor=zz!", ``, 422, "cursor", "next_cursor"},
+		{"subscribers limit", "GET", "/v1/subscribers?limit=lots", ``, 422, "limit", `"lots"`},
+		{"subscriber id in the path", "GET", "/v1/subscribers/a:b", ``, 422, "id", "characters"},
+		{"event id in the path", "GET", "/v1/events/a%20b", ``, 422, "id", "characters"},
+	}
+	for _, tt := range tests {
+		r := b.callRaw(t, tt.method, tt.path, tt.body, bearer)
+		code, field := r.errorOf(t)
+		msg, _ := r.json(t)["error"].(map[string]any)["message"].(string)
+		if r.status != tt.status || field != tt.field || !strings.Contains(msg, tt.says) || speaksGo(msg) != "" {
+			t.Errorf("%s: %d %s %q %q; want %d naming %q, saying %q, without Go's wording (%q)",
+				tt.name, r.status, code, field, msg, tt.status, tt.field, tt.says, speaksGo(msg))
+		}
+	}
+	// The CLI's own flags, refused before any request.
+	env := map[string]string{"HOOKLANE_URL": b.srv.URL, "HOOKLANE_API_TOKEN": token}
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"publish", "-type", "t", "-not-before", "tomorrow"}, "-not-before"},
+		{[]string{"publish", "-type", "t", "-not-before", "+soon"}, "-not-before"},
+		{[]string{"dead-letters", "replay", "-all", "-since", "yesterday"}, "-since"},
+	} {
+		err := b.cliRaw(t, env, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.says) || speaksGo(err.Error()) != "" {
+			t.Errorf("%v: %v; want an error naming %s, without Go's wording (%q)", c.args, err, c.says, speaksGo(fmt.Sprint(err)))
+		}
 	}
 }

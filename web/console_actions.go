@@ -69,8 +69,8 @@ func (c *console) rotate(w http.ResponseWriter, r *http.Request) error {
 	grace := DefaultGrace
 	if v := r.PostForm.Get("grace"); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > producer.MaxGrace {
-			return apiErr(http.StatusUnprocessableEntity, "invalid", "grace", "want a duration from 0s to 720h")
+		if err != nil {
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "grace", "want a duration such as 24h, or 0s to stop the old secrets now")
 		}
 		grace = d
 	}

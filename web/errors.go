@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -69,7 +70,7 @@ func toAPIError(err error) *APIError {
 	case errors.Is(err, producer.ErrPayloadTooLarge):
 		return apiErr(http.StatusRequestEntityTooLarge, "payload_too_large", "data", "%v", err)
 	case errors.Is(err, producer.ErrBadCursor):
-		return apiErr(http.StatusUnprocessableEntity, "invalid", "cursor", "%v: pass next_cursor as it was answered", err)
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "cursor", "not a cursor of this list: pass next_cursor as it was answered")
 	case errors.Is(err, producer.ErrEventConflict):
 		return apiErr(http.StatusConflict, "event_conflict", "id", "%v", err)
 	case errors.Is(err, producer.ErrTooManySecrets):
@@ -100,8 +101,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false) // `<`, `>`, `&` as themselves: JSON, not HTML
-	_ = enc.Encode(v)        // the client went away: nothing to do
+	enc.SetEscapeHTML(false)       // `<`, `>`, `&` as themselves: JSON, not HTML
+	_ = enc.Encode(inUTCMillis(v)) // the client went away: nothing to do
 }
 
 // writeError answers with err as an APIError; extra fields (such as the
@@ -142,24 +143,135 @@ func decode(w http.ResponseWriter, r *http.Request, max int64, dst any) error {
 	var tooBig *http.MaxBytesError
 	var typeErr *json.UnmarshalTypeError
 	var synErr *json.SyntaxError
+	var fe *tasks.FieldError
 	switch {
 	case errors.As(err, &tooBig):
 		return apiErr(http.StatusRequestEntityTooLarge, "body_too_large", "", "request body over %d bytes", tooBig.Limit)
 	case errors.As(err, &typeErr):
-		return apiErr(http.StatusBadRequest, "bad_json", typeErr.Field, "want %s, got JSON %s", typeErr.Type, typeErr.Value)
-	case errors.As(err, &synErr), errors.Is(err, io.ErrUnexpectedEOF):
-		return apiErr(http.StatusBadRequest, "bad_json", "", "malformed JSON: %v", err)
+		want, got := wanted(typeErr.Type), "a JSON "+strings.Fields(typeErr.Value + " value")[0]
+		if raw, ok := rawAt(body, typeErr.Field); ok {
+			got = shown(raw)
+			if k := typeErr.Type.Kind(); raw[0] == '[' && k != reflect.Slice && k != reflect.Array {
+				want = "an array whose entries are each " + want // an entry is the wrong type
+			}
+		}
+		return apiErr(http.StatusBadRequest, "bad_json", typeErr.Field, "want %s, got %s", want, got)
+	case errors.As(err, &synErr):
+		return apiErr(http.StatusBadRequest, "bad_json", "", "malformed JSON at byte %d: %v", synErr.Offset, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return apiErr(http.StatusBadRequest, "bad_json", "", "malformed JSON: the body ends inside a value")
 	case errors.Is(err, io.EOF):
 		return apiErr(http.StatusBadRequest, "bad_json", "", "empty body: want a JSON object")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return apiErr(http.StatusBadRequest, "unknown_field", name, "unknown field %q", name)
-	}
-	var fe *tasks.FieldError
-	if errors.As(err, &fe) {
+	case errors.As(err, &fe):
 		return apiErr(http.StatusUnprocessableEntity, "invalid", apiField(fe.Field), "%s", fe.Msg)
 	}
-	return apiErr(http.StatusBadRequest, "bad_json", "", "%v", err)
+	if ae := badTime(body, dst); ae != nil {
+		return ae
+	}
+	return apiErr(http.StatusBadRequest, "bad_json", "", "unreadable JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// timeWanted is what a time field wants, said the same way everywhere.
+const timeWanted = "an RFC 3339 time such as 2026-12-02T15:04:05Z"
+
+// wanted says in words what a field of type t wants: not its Go type.
+func wanted(t reflect.Type) string {
+	if t == reflect.TypeFor[time.Time]() {
+		return timeWanted
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return wanted(t.Elem())
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "a JSON object"
+	}
+	return "another JSON value"
+}
+
+// badTime names the time field of dst (a request: its times are at the
+// top level) whose value is not a time, which encoding/json reports
+// without the field's name. A value of another JSON type is a 400, like
+// any; a string that is not an RFC 3339 time a 422, like a bad duration.
+func badTime(body []byte, dst any) *APIError {
+	t := reflect.TypeOf(dst)
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	for _, f := range reflect.VisibleFields(t.Elem()) {
+		if f.Type != reflect.TypeFor[time.Time]() && f.Type != reflect.TypeFor[*time.Time]() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		raw, ok := rawAt(body, name)
+		var v time.Time
+		if !ok || string(raw) == "null" || v.UnmarshalJSON(raw) == nil {
+			continue
+		}
+		if raw[0] != '"' {
+			return apiErr(http.StatusBadRequest, "bad_json", name, "want %s, got %s", timeWanted, shown(raw))
+		}
+		return apiErr(http.StatusUnprocessableEntity, "invalid", name, "want %s, got %s", timeWanted, shown(raw))
+	}
+	return nil
+}
+
+// rawAt returns the JSON value at a dotted field path ("rate_limit.rate")
+// of body, as given; "" is body itself.
+func rawAt(body []byte, path string) (json.RawMessage, bool) {
+	v := json.RawMessage(bytes.TrimSpace(body))
+	if path == "" {
+		return v, len(v) > 0
+	}
+	for name := range strings.SplitSeq(path, ".") {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(v, &m) != nil {
+			return nil, false
+		}
+		var ok bool
+		if v, ok = m[name]; !ok {
+			return nil, false
+		}
+	}
+	return json.RawMessage(bytes.TrimSpace(v)), true
+}
+
+// shown is how an error quotes a refused value: a short scalar as the
+// request spelt it, anything else by its kind, and never a secret.
+func shown(raw json.RawMessage) string {
+	switch {
+	case len(raw) == 0:
+		return "nothing"
+	case raw[0] == '[':
+		return "an array"
+	case raw[0] == '{':
+		return "a JSON object"
+	case bytes.Contains(raw, []byte("whsec_")):
+		return "a secret"
+	}
+	if r := []rune(string(raw)); len(r) > 40 {
+		return string(r[:36]) + "…"
+	}
+	return string(raw)
+}
+
+// quoted is shown for a string from a query or a form: JSON-quoted.
+func quoted(s string) string {
+	b, _ := json.Marshal(s) // a string always marshals
+	return shown(b)
 }
 
 // presentMeansValid refuses a field that is present with null or "": a

@@ -100,7 +100,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
 	case "true":
 		q.IncludeReplayed = true
 	default:
-		return apiErr(http.StatusUnprocessableEntity, "invalid", "include_replayed", "want true or false, not %q", v)
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "include_replayed", "want true or false, got %s", quoted(v))
 	}
 	q.Cursor = r.URL.Query().Get("cursor")
 	dl, next, err := s.p.DeadLetters(r.Context(), q)
@@ -195,7 +195,7 @@ func pageQuery(r *http.Request, most int) (limit int, since, until time.Time, er
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, perr := strconv.Atoi(v)
 		if perr != nil || n < 1 || n > most {
-			return 0, since, until, apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want 1-%d", most)
+			return 0, since, until, apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want a whole number from 1 to %d, got %s", most, quoted(v))
 		}
 		limit = n
 	}
@@ -203,7 +203,7 @@ func pageQuery(r *http.Request, most int) (limit int, since, until time.Time, er
 		if v := r.URL.Query().Get(name); v != "" {
 			t, perr := time.Parse(time.RFC3339Nano, v)
 			if perr != nil {
-				return 0, since, until, apiErr(http.StatusUnprocessableEntity, "invalid", name, "want an RFC 3339 time")
+				return 0, since, until, apiErr(http.StatusUnprocessableEntity, "invalid", name, "want %s, got %s", timeWanted, quoted(v))
 			}
 			*dst = t
 		}

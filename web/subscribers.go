@@ -50,7 +50,7 @@ func (m *StrictBool) UnmarshalJSON(b []byte) error {
 	case "false", "null":
 		*m = false
 	default:
-		return &tasks.FieldError{Field: "metrics", Msg: "want true or false"}
+		return &tasks.FieldError{Field: "metrics", Msg: "want true or false, got " + shown(b)}
 	}
 	return nil
 }
@@ -115,7 +115,7 @@ func (r *SubscriberRequest) toTask(id string) (tasks.Subscriber, error) {
 	if r.RateLimit != nil {
 		p, err := time.ParseDuration(r.RateLimit.Period)
 		if err != nil {
-			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "rate_limit.period", "want a duration such as 1s or 1m")
+			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "rate_limit.period", "want a duration such as 1s or 1m, got %s", quoted(r.RateLimit.Period))
 		}
 		s.Limit = limits.Limit{Rate: r.RateLimit.Rate, Burst: r.RateLimit.Burst, Period: p}
 		if s.Limit.IsZero() {
@@ -125,7 +125,7 @@ func (r *SubscriberRequest) toTask(id string) (tasks.Subscriber, error) {
 	if r.RetryHorizon != "" {
 		d, err := time.ParseDuration(r.RetryHorizon)
 		if err != nil {
-			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want a duration such as 90m or 24h")
+			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want a duration such as 90m or 24h, got %s", quoted(r.RetryHorizon))
 		}
 		if d < time.Second {
 			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want 1s up to 720h (a delivery still failing past it is dead-lettered)")
@@ -195,7 +195,7 @@ func (s *Server) listSubscribers(w http.ResponseWriter, r *http.Request) error {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			return apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want 1 to 1000")
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want a whole number from 1 to 1000, got %s", quoted(v))
 		}
 		limit = n
 	}
@@ -264,8 +264,9 @@ func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) 
 
 // RotateRequest is the optional body of POST /v1/subscribers/{id}/secrets/rotate.
 type RotateRequest struct {
-	// Grace is how long the old secrets keep signing beside the new one.
-	// Default 24h; "0s" stops them at once (a leaked secret).
+	// Grace is how long the old secrets keep signing beside the new one:
+	// 1m up to 720h, default 24h; "0s" stops them at once (a leaked
+	// secret). See producer.MinGrace.
 	Grace string `json:"grace,omitempty"`
 }
 
@@ -283,7 +284,7 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	if req.Grace != "" {
 		d, err := time.ParseDuration(req.Grace)
 		if err != nil {
-			return apiErr(http.StatusUnprocessableEntity, "invalid", "grace", "want a duration such as 24h or 0s")
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "grace", "want a duration such as 24h, or 0s to stop the old secrets now, got %s", quoted(req.Grace))
 		}
 		grace = d
 	}

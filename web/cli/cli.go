@@ -124,13 +124,13 @@ func parsePublish(args []string) (web.EventRequest, error) {
 		if d, ok := strings.CutPrefix(*nb, "+"); ok {
 			dur, err := time.ParseDuration(d)
 			if err != nil {
-				return ev, fmt.Errorf("-not-before: %v", err)
+				return ev, fmt.Errorf("%w: publish: -not-before: want +duration such as +90s or +24h, or an RFC 3339 time such as 2026-12-02T15:04:05Z; got %q", ErrUsage, *nb)
 			}
 			t = time.Now().Add(dur)
 		} else {
 			var err error
 			if t, err = time.Parse(time.RFC3339Nano, *nb); err != nil {
-				return ev, fmt.Errorf("-not-before: want RFC 3339 or +duration: %v", err)
+				return ev, fmt.Errorf("%w: publish: -not-before: want an RFC 3339 time such as 2026-12-02T15:04:05Z, or +duration such as +90s; got %q", ErrUsage, *nb)
 			}
 		}
 		ev.NotBefore = &t
@@ -233,7 +233,7 @@ func deadLettersCLI(ctx context.Context, c *Client, args []string, out func(any,
 			}
 			t, err := time.Parse(time.RFC3339, f.v)
 			if err != nil {
-				return fmt.Errorf("%w: dead-letters replay: -%s: want an RFC 3339 time such as 2026-11-29T08:00:00Z", ErrUsage, f.name)
+				return fmt.Errorf("%w: dead-letters replay: -%s: want an RFC 3339 time such as 2026-11-29T08:00:00Z, got %q", ErrUsage, f.name, f.v)
 			}
 			*f.dst = t
 		}
