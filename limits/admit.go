@@ -13,7 +13,7 @@ import (
 )
 
 // KEYS: 1 gate, 2 cooldown, 3 inflight, 4 gcra, 5 lot, 6 out, 7 exp, 8
-// fresh, 9 the delivery's record, 10 the subscriber's counters. ARGV: 1 event id, 2 the run's token, 3
+// fresh, 9 the delivery's record, 10 the subscriber's counters, 11 retry. ARGV: 1 event id, 2 the run's token, 3
 // slot ttl ms, 4 reserve ms (the longest a rate slot is booked ahead and
 // waited for in the worker), 5 "1" when this run booked its rate slot
 // before (a second Admit after waiting for it: the rate is not asked
@@ -27,7 +27,9 @@ import (
 //	  owned by the run's token, one more request counted. {0, flags ("p"
 //	  the breaker's probe, "f" a streak of failures on record, "l" it took
 //	  over from a run that died), spent before (c), max attempts, horizon
-//	  ms, due ms, published ms, type, requests (n), config version, now ms}
+//	  ms, due ms, published ms, type, requests (n), config version, now ms,
+//	  when an operator ended the cooldown it would still wait for (ce: its
+//	  request goes early because of it; "" none)}
 //	1 drop: nothing to send (no such subscriber, another generation, no
 //	  record, delivered, or owned by another run's parked copy) {1, why}
 //	2 dead already: archive this copy {2}
@@ -47,10 +49,10 @@ import (
 // with Park if none frees.
 var admitScript = script(`
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
-  fresh = KEYS[8], rec = KEYS[9], stats = KEYS[10]}
+  fresh = KEYS[8], rec = KEYS[9], stats = KEYS[10], retry = KEYS[11]}
 local ev, token = ARGV[1], ARGV[2]
 local f = gate_fields(k.gate)
-local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'm', 'c', 'u', 'p', 't', 'n', 'pk', 'nx')
+local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'm', 'c', 'u', 'p', 't', 'n', 'pk', 'nx', 'ce')
 if not f.gen then return {1, 'the subscriber was deleted'} end
 if not d[1] then return {1, 'no delivery record (past its retention)'} end
 if d[1] ~= f.gen then return {1, 'the subscriber was deleted and created again since'} end
@@ -58,7 +60,7 @@ if d[2] == 'delivered' then return {1, 'delivered already'} end
 if d[2] == 'dead' then return {2} end
 local now, t = now_ms()
 local function admitted(flags, spent, requests)
-  return {0, flags, spent, d[5] or '1', d[4] or '0', d[7] or '0', d[8] or '0', d[9] or '', requests, f.cv or '', now}
+  return {0, flags, spent, d[5] or '1', d[4] or '0', d[7] or '0', d[8] or '0', d[9] or '', requests, f.cv or '', now, d[13] or ''}
 end
 local flags = ''
 if d[11] == token then return {6, d[2], -1} end -- parked by this run: a retried call
@@ -77,6 +79,12 @@ if x > 0 and x <= now then
 end
 local parked = tonumber(redis.call('ZSCORE', k.lot, ev) or '-1')
 if parked > now then return {6, d[2], -1} end
+-- taken from the lot by its run, not a turn (see the turn's hand)
+local woke = parked >= 0 and woken(f, parked, now)
+if woke then
+  redis.call('HSET', k.rec, 'ce', woke)
+  d[13] = woke
+end
 local function refuse(state, at, notify)
   park(k, ev, state, at, x > 0 and x or nil)
   redis.call('HSET', k.rec, 'pk', token)
@@ -112,7 +120,7 @@ if not reserved then
   if wait > 0 then
     redis.call('SET', k.gcra, new_tat, 'EX', ttl_s)
     redis.call('ZREM', k.out, ev)
-    if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev) end
+    if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev); redis.call('SREM', k.retry, ev) end
     redis.call('HSET', k.rec, 'tk', token, 's', 'pending')
     return {5, math.ceil(wait * 1000)}
   end
@@ -127,7 +135,7 @@ if not reserved then redis.call('SET', k.gcra, new_tat, 'EX', ttl_s) end
 redis.call('ZADD', k.inflight, now + tonumber(ARGV[3]), token)
 redis.call('PEXPIRE', k.inflight, tonumber(ARGV[3]) + 1000)
 redis.call('ZREM', k.out, ev)
-if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev) end
+if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev); redis.call('SREM', k.retry, ev) end
 local spent, requests = tonumber(d[6] or '0'), tonumber(d[10] or '0') + 1
 redis.call('HSET', k.rec, 's', 'in_flight', 'tk', token, 'n', requests, 'c', spent + 1)
 if d[12] then redis.call('HDEL', k.rec, 'nx') end
@@ -155,6 +163,10 @@ type Admission struct {
 	EventType            string
 	ConfigVersion        string // the subscriber's configuration version (gate record "cv")
 	Now                  time.Time
+	// CooldownEndedAt: an operator ended, then, the cooldown this delivery
+	// would still be waiting for (Gates.EndCooldown): its request goes
+	// early because of it, and its attempt says so. Zero: not so.
+	CooldownEndedAt time.Time
 
 	Drop        string        // not empty: nothing to send, why
 	DeadAlready bool          // the record is dead: this copy belongs in the archive
@@ -201,7 +213,7 @@ func NewToken() string {
 // Admit runs a delivery's run through its record and its gates in one
 // round trip (see admitScript), with the read of its stored event.
 func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admission, error) {
-	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(r.EventID), k.Stats}
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(r.EventID), k.Stats, k.Retry}
 	args := append([]any{r.EventID, r.Token, r.SlotTTL.Milliseconds(), r.Reserve.Milliseconds(), flag(r.Reserved)}, r.Pace.args()...)
 	if r.Read == "" {
 		return admission(g.run(ctx, admitScript, keys, args...))
@@ -263,7 +275,8 @@ func admission(res []any, err error) (Admission, error) {
 		if len(r) < 11 {
 			return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 		}
-		a := Admission{Admitted: true, EventType: r[7], ConfigVersion: r[9], Expires: ms(4), Due: ms(5), Published: ms(6), Now: ms(10)}
+		a := Admission{Admitted: true, EventType: r[7], ConfigVersion: r[9], Expires: ms(4), Due: ms(5), Published: ms(6), Now: ms(10),
+			CooldownEndedAt: ms(11)}
 		for _, c := range r[1] {
 			switch c {
 			case 'p':
@@ -296,7 +309,7 @@ func admission(res []any, err error) (Admission, error) {
 	return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 }
 
-// KEYS: 1 gate, 2 lot, 3 out, 4 exp, 5 fresh, 6 record, 7 counters. ARGV:
+// KEYS: 1 gate, 2 lot, 3 out, 4 exp, 5 fresh, 6 record, 7 counters, 8 retry. ARGV:
 // 1 event id, 2 token, 3 state, 4 earliest hand-out ms from now (0: now),
 // 5 why (counted as "deferred:<why>"). Parks a
 // delivery this run was handed but did not take (every in-flight slot
@@ -304,7 +317,7 @@ func admission(res []any, err error) (Admission, error) {
 // chance (the record is its token's, or handed out and nobody's). Reply:
 // {1} parked, {0} not (another run has it, or it ended).
 var parkScript = script(`
-local k = {gate = KEYS[1], lot = KEYS[2], out = KEYS[3], exp = KEYS[4], fresh = KEYS[5], rec = KEYS[6]}
+local k = {gate = KEYS[1], lot = KEYS[2], out = KEYS[3], exp = KEYS[4], fresh = KEYS[5], rec = KEYS[6], retry = KEYS[8]}
 local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'pk')
 if d[5] == ARGV[2] then return {1} end -- parked by this run: a retried call
 local gen = redis.call('HGET', k.gate, 'gen')
@@ -318,7 +331,7 @@ return {1}`)
 // Park parks a delivery handed to this run that it did not take (see
 // parkScript), to be handed out again after in; why is counted.
 func (g *Gates) Park(ctx context.Context, k GateKeys, eventID, token, state, why string, in time.Duration) (bool, error) {
-	n, err := g.run(ctx, parkScript, []string{k.Record, k.Lot, k.Out, k.Exp, k.Fresh, k.record(eventID), k.Stats},
+	n, err := g.run(ctx, parkScript, []string{k.Record, k.Lot, k.Out, k.Exp, k.Fresh, k.record(eventID), k.Stats, k.Retry},
 		eventID, token, state, in.Milliseconds(), why)
 	if err != nil {
 		return false, err
@@ -326,13 +339,13 @@ func (g *Gates) Park(ctx context.Context, k GateKeys, eventID, token, state, why
 	return len(n) > 0 && n[0] == int64(1), nil
 }
 
-// KEYS: 1 gate, 2 lot, 3 exp, 4 fresh, 5 record. ARGV: 1 event id, 2 the
+// KEYS: 1 gate, 2 lot, 3 exp, 4 fresh, 5 record, 6 retry. ARGV: 1 event id, 2 the
 // generation it was published for, 3 max attempts, 4 horizon ms, 5 due
 // ms, 6 published ms, 7 type, 8 attempts spent, 9 its task id (the
 // release before's fresh-lane entry). Reply {1, due} adopted: parked in
 // the lot; {0} dropped (another generation, or ended).
 var adoptScript = script(`
-local k = {gate = KEYS[1], lot = KEYS[2], exp = KEYS[3], fresh = KEYS[4], rec = KEYS[5]}
+local k = {gate = KEYS[1], lot = KEYS[2], exp = KEYS[3], fresh = KEYS[4], rec = KEYS[5], retry = KEYS[6]}
 local gen = redis.call('HGET', k.gate, 'gen')
 if not gen or gen ~= ARGV[2] then return {0} end
 local d = redis.call('HMGET', k.rec, 'g', 's', 'x')
@@ -345,6 +358,7 @@ if not d[3] then redis.call('HSET', k.rec, 'x', ARGV[4], 'm', ARGV[3], 'c', ARGV
 local now = now_ms()
 local due = math.max(now, tonumber(ARGV[5]))
 redis.call('ZADD', k.lot, due, ARGV[1])
+lot_kind(k, ARGV[1])
 redis.call('ZADD', k.exp, tonumber(d[3] or ARGV[4]), ARGV[1])
 redis.call('ZREM', k.fresh, ARGV[9])
 -- le: the release before may have left a stale dead letter of it
@@ -367,7 +381,7 @@ type Legacy struct {
 // task of this release. It reports when the delivery is due (zero: it was
 // dropped: its subscriber was deleted or created again, or it ended).
 func (g *Gates) Adopt(ctx context.Context, k GateKeys, l Legacy) (time.Time, error) {
-	res, err := g.run(ctx, adoptScript, []string{k.Record, k.Lot, k.Exp, k.Fresh, k.record(l.EventID)},
+	res, err := g.run(ctx, adoptScript, []string{k.Record, k.Lot, k.Exp, k.Fresh, k.record(l.EventID), k.Retry},
 		l.EventID, l.Gen, l.MaxAttempts, l.Expires.UnixMilli(), l.Due.UnixMilli(), l.Published.UnixMilli(), l.Type, l.Spent, l.TaskID)
 	if err != nil {
 		return time.Time{}, err

@@ -92,7 +92,7 @@ const OutLease = 2 * time.Minute
 var FreshTTL = 10 * time.Minute
 
 // KEYS: 1 gate, 2 cooldown, 3 inflight, 4 gcra, 5 lot, 6 out, 7 exp, 8
-// fresh, 9 record, 10 log. ARGV: 1 event id, 2 type, 3 not-before ms (0
+// fresh, 9 record, 10 log, 11 retry. ARGV: 1 event id, 2 type, 3 not-before ms (0
 // none), 4 horizon ms, 5 dedup ms, 6 max attempts, 7 "1" held, 8 "1"
 // resend, 9 token, 10 out lease ms, 11 fresh ttl ms, then Pace.args:
 // 12 rate, 13 burst, 14 period ms, 15 max in flight, 16 lead ms, 17 max
@@ -113,7 +113,7 @@ var FreshTTL = 10 * time.Minute
 // slot within its capacity — else to the lot.
 var bookScript = script(`
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
-  fresh = KEYS[8], rec = KEYS[9], log = KEYS[10]}
+  fresh = KEYS[8], rec = KEYS[9], log = KEYS[10], retry = KEYS[11]}
 local f = gate_fields(k.gate)
 if not f.gen then return {'unknown', '', '', '0', ''} end
 local paused = f.paused and '1' or ''
@@ -175,6 +175,7 @@ else
 end
 if where == 'lot' then
   redis.call('ZADD', k.lot, due, ARGV[1])
+  lot_kind(k, ARGV[1])
   redis.call('ZADD', k.exp, x, ARGV[1])
 else
   redis.call('ZADD', k.out, now + tonumber(ARGV[10]), ARGV[1])
@@ -208,7 +209,7 @@ func (g *Gates) Book(ctx context.Context, also []*Call, bs ...Booking) ([]Booked
 			nb = b.NotBefore.UnixMilli()
 		}
 		k := b.Keys
-		keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(b.EventID), k.Log}
+		keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(b.EventID), k.Log, k.Retry}
 		args := []any{b.EventID, b.EventType, nb, b.Horizon.Milliseconds(), b.Dedup.Milliseconds(), b.MaxAttempts,
 			flag(b.Held), flag(b.Resend), b.Token, OutLease.Milliseconds(), FreshTTL.Milliseconds()}
 		calls[i] = &Call{Script: bookScript, Keys: keys, Args: append(append(args, b.Pace.args()...), k.Deliveries)}

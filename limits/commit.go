@@ -104,7 +104,7 @@ type Committed struct {
 
 // KEYS: 1 gate, 2 cooldown, 3 inflight, 4 lot, 5 out, 6 exp, 7 fresh, 8
 // record, 9 stats, 10 ledger entry, 11 dead index, 12 dead batch, 13 its
-// sample, 14 the release before's attempt list. ARGV: 1 event id, 2 token,
+// sample, 14 the release before's attempt list, 15 retry. ARGV: 1 event id, 2 token,
 // 3 kind, 4 attempt field, 5 attempt, 6 lost field, 7 lost, 8 backoff ms,
 // 9 delivered ms, 10 flags (e endpoint failure, a answered, p probe, s
 // streak, t throttled, g pause gone), 11 breaker failures (-1 off), 12
@@ -125,10 +125,10 @@ type Committed struct {
 // worker answers asynq.
 var commitScript = script(`
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
-  rec = KEYS[8], stats = KEYS[9], ledger = KEYS[10], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13]}
+  rec = KEYS[8], stats = KEYS[9], ledger = KEYS[10], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15]}
 local ev, token, kind = ARGV[1], ARGV[2], ARGV[3]
 redis.call('ZREM', k.inflight, token)
-local d = redis.call('HMGET', k.rec, 'tk', 'ok', 'okr', 'x', 'g', 'q', 'le')
+local d = redis.call('HMGET', k.rec, 'tk', 'ok', 'okr', 'x', 'g', 'q', 'le', 'ce')
 if d[2] == token and d[3] then
   local r = {'again'}
   for v in string.gmatch(d[3], '[^|]+') do r[#r + 1] = v end
@@ -142,6 +142,7 @@ if d[1] ~= token then
   if redis.call('ZSCORE', k.out, ev) then
     redis.call('ZREM', k.out, ev)
     redis.call('ZADD', k.lot, now, ev)
+    lot_kind(k, ev)
     return {'superseded', now, 0, 0, 0}
   end
   return {'superseded', -1, 0, 0, 0}
@@ -156,6 +157,11 @@ local function write()
   if #w > 0 then redis.call('HSET', k.rec, unpack(w)); w = {} end
 end
 if ARGV[4] ~= '' then set(ARGV[4], ARGV[5]) end
+-- the attempt that went early because an operator ended a cooldown says
+-- so (the worker wrote the note from Admission.CooldownEndedAt); the next
+-- does not. An interrupted request's run is tried again: that one says so
+-- too.
+if d[8] and ARGV[4] ~= '' and kind ~= 'interrupted' then redis.call('HDEL', k.rec, 'ce') end
 if ARGV[6] ~= '' then set(ARGV[6], ARGV[7]) end
 local notify = -1
 local function soon(at) if at >= 0 and (notify < 0 or at < notify) then notify = at end end
@@ -272,6 +278,7 @@ elseif kind == 'dead' then
   write()
   redis.call('HDEL', k.rec, 'tk', 'nx')
   for _, key in ipairs({k.lot, k.out, k.exp, k.fresh}) do redis.call('ZREM', key, ev) end
+  redis.call('SREM', k.retry, ev)
   keep_ended()
   local parts = {}
   local h = redis.call('HGETALL', k.rec)
@@ -381,7 +388,7 @@ func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 		errText = errText[:300]
 	}
 	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Lot, k.Out, k.Exp, k.Fresh, k.record(o.EventID), k.Stats,
-		k.Dead + o.EventID, k.DeadIndex, k.DeadBatch, k.DeadSample, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none")}
+		k.Dead + o.EventID, k.DeadIndex, k.DeadBatch, k.DeadSample, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none"), k.Retry}
 	args := []any{o.EventID, o.Token, o.Kind, o.AttemptField, o.Attempt, o.LostField, o.Lost, o.Backoff.Milliseconds(), delivered,
 		fl.String(), b.Failures, b.ProbeGap.Milliseconds(), b.MaxProbeGap.Milliseconds(), max(b.DisableAfter, 0).Milliseconds(), errText,
 		AdaptDecrease, adaptFloor, adaptIncreasePerMs, o.AdaptReason, o.Latency.Milliseconds(), o.Dedup.Milliseconds(),

@@ -55,7 +55,8 @@
 // Per subscriber, all in its slot {<subscriber id>} (tasks.Keys.Gates):
 //
 //	gate      hash: generation, config version, pause, breaker (b_*), effective
-//	          rate (a_*), observed latency (lt). Until the subscriber is deleted.
+//	          rate (a_*), observed latency (lt), the cooldown an operator last
+//	          ended (ce_at, ce_until). Until the subscriber is deleted.
 //	cooldown  Unix ms before which nothing is sent. Until its end + 1 min.
 //	inflight  zset run token → slot expiry. Each slot lives the request timeout
 //	          + MaxWait + 5 s at most; the key a second longer.
@@ -64,6 +65,11 @@
 //	lot       zset event id → earliest hand-out (Unix ms): the parked
 //	          deliveries. An entry lives until handed out or taken; its
 //	          horizon (exp) bounds it.
+//	retry     set of the parked deliveries a request was made for (the
+//	          record's n > 0): status counts them as retrying, the rest of
+//	          the lot as scheduled. A member lives as long as its lot entry:
+//	          every script that puts a delivery in the lot files it here or
+//	          not (lot_kind), every one that takes it out removes it.
 //	exp       zset event id → horizon (Unix ms) of each parked delivery: a
 //	          turn hands out those past it to be dead-lettered, even while
 //	          the subscriber is held.

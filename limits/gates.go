@@ -17,6 +17,7 @@ type GateKeys struct {
 	InFlight   string
 	Rate       string // redis_rate's key of the subscriber's GCRA
 	Lot        string
+	Retry      string // the parked deliveries a request was made for (a set)
 	Out        string
 	Exp        string
 	Fresh      string
@@ -109,43 +110,49 @@ func (g *Gates) InFlightIn(ctx context.Context, p redis.Pipeliner, k GateKeys) *
 	return p.ZCount(ctx, k.InFlight, strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf")
 }
 
-// ParkedIn queues the count of a subscriber's parked deliveries (its lot)
-// and of those handed to asynq and not yet taken (out) on a pipeline.
-func (g *Gates) ParkedIn(ctx context.Context, p redis.Pipeliner, k GateKeys) (parked, handed *redis.IntCmd) {
-	return p.ZCard(ctx, k.Lot), p.ZCard(ctx, k.Out)
+// ParkedIn queues the counts of a subscriber's parked deliveries (its
+// lot), of those of them a request was made for (retry: the rest were
+// never tried yet) and of those handed to asynq and not yet taken (out)
+// on a pipeline.
+func (g *Gates) ParkedIn(ctx context.Context, p redis.Pipeliner, k GateKeys) (parked, retrying, handed *redis.IntCmd) {
+	return p.ZCard(ctx, k.Lot), p.SCard(ctx, k.Retry), p.ZCard(ctx, k.Out)
 }
 
 // Forget queues the deletion of every key of a subscriber's gates and
 // schedule but the gate record, which DeleteSubscriber removes apart
 // (only if it is still the deleted generation's).
 func (g *Gates) Forget(ctx context.Context, p redis.Pipeliner, k GateKeys) {
-	p.Del(ctx, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.Log, k.Stats, k.DeadBatch, k.DeadSample)
+	p.Del(ctx, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Retry, k.Out, k.Exp, k.Fresh, k.Log, k.Stats, k.DeadBatch, k.DeadSample)
 }
 
-// EndCooldown ends a subscriber's cooldown now (an operator's lever): the
-// deliveries parked until its end (state cooling, at exactly its end) are
-// due now; wake the subscriber with Notify. It reports whether a cooldown
-// was running.
+// EndCooldown ends a subscriber's cooldown now (an operator's lever); wake
+// the subscriber with Notify. It reports whether a cooldown was running.
+// The gate record keeps when the operator ended it (ce_at,
+// ReadCooldownEnded) and when it was to end (ce_until). The rest is the
+// workers' work, done by the subscriber's turns, so that the call costs
+// the same however many deliveries wait: a turn makes the deliveries
+// parked until the cooldown's end (state cooling, at exactly ce_until) due
+// from ce_at, a batch a turn, and each delivery that goes early because of
+// it keeps the time for the note on its next attempt (the scripts' woken).
 func (g *Gates) EndCooldown(ctx context.Context, k GateKeys) (bool, error) {
-	n, err := g.run(ctx, endCooldownScript, []string{k.Cooldown, k.Lot}, k.Deliveries)
+	n, err := g.run(ctx, endCooldownScript, []string{k.Cooldown, k.Record})
 	return err == nil && len(n) > 0 && n[0] == int64(1), err
 }
 
-// KEYS: 1 cooldown, 2 lot. ARGV: 1 record prefix. Reply: {1 if a cooldown
-// was running, deliveries made due}.
+// ReadCooldownEnded reads, from a gate record's fields (HGETALL), when an
+// operator last ended a running cooldown of the subscriber (EndCooldown;
+// zero: never).
+func ReadCooldownEnded(rec map[string]string) time.Time { return ParseCooldown(rec["ce_at"]) }
+
+// KEYS: 1 cooldown, 2 gate. Reply: {1} if a cooldown was running (it
+// ended now), {0} if not (nothing written but the cooldown's deletion).
 var endCooldownScript = script(`
 local now = now_ms()
 local u = tonumber(redis.call('GET', KEYS[1]) or '0')
 redis.call('DEL', KEYS[1])
-if u <= now then return {0, 0} end
-local n = 0
-for _, ev in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], u, u)) do
-  if redis.call('HGET', ARGV[1] .. ev, 's') == 'cooling' then
-    redis.call('ZADD', KEYS[2], 'XX', now, ev)
-    n = n + 1
-  end
-end
-return {1, n}`)
+if u <= now then return {0} end
+redis.call('HSET', KEYS[2], 'ce_at', now, 'ce_until', u)
+return {1}`)
 
 // KEYS[1]: the GCRA key. ARGV: 1 the old emission interval (s), 2 the new
 // one, 3 the old burst, 4 the new one. Carries the limiter's debt — how

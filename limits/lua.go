@@ -34,6 +34,21 @@ import (
 //     goes. So a task that waits in the fresh queue longer than ttl still
 //     counts, and an entry whose task was lost goes at its next look.
 //   - park(k, ev, state, at, x): moves a delivery into the lot.
+//   - lot_kind(k, ev): files a delivery just put in the lot as retrying
+//     (in k.retry) when a request was made for it (its record's n), else
+//     as scheduled (not in k.retry), so that status counts the two apart
+//     without reading the lot's records. Every script that takes a
+//     delivery out of the lot takes it out of k.retry too (SREM).
+//   - woken(f, parked, now): the time an operator ended the subscriber's
+//     cooldown (gate ce_at) when a delivery that leaves the lot now goes
+//     early because of it, else nil. The rule: it was due (its lot score,
+//     parked) no later than the operator's end, and the cooldown the
+//     operator ended would still be running now (ce_until). A delivery due
+//     by then waited on that cooldown whatever else held it (a delivery
+//     parked after the end is due after it: every park is at now or
+//     later), and one that goes after the cut cooldown's end goes no
+//     earlier than the endpoint asked. Its record keeps the time (ce)
+//     until its next attempt is committed, which carries the note.
 const luaHelpers = `
 local function now_ms()
   local t = redis.call('TIME')
@@ -65,11 +80,15 @@ local function capacity(mif, lt, maxwait, waiters)
 end
 local function gate_fields(gate)
   local v = redis.call('HMGET', gate, 'gen', 'cv', 'paused', 'b_open', 'b_next', 'b_probe', 'b_pe', 'b_fails', 'b_since', 'b_gap',
-    'b_ramp', 'a_f', 'a_at', 'a_cap', 'a_cap_until', 'lt')
+    'b_ramp', 'a_f', 'a_at', 'a_cap', 'a_cap_until', 'lt', 'ce_at', 'ce_until')
   return {gen = v[1] or nil, cv = v[2] or nil, paused = v[3] or nil, b_open = v[4] or nil, b_next = v[5] or nil,
     b_probe = v[6] or nil, b_pe = v[7] or nil, b_fails = v[8] or nil, b_since = v[9] or nil, b_gap = v[10] or nil,
     b_ramp = v[11] or nil, a_f = v[12] or nil, a_at = v[13] or nil, a_cap = v[14] or nil, a_cap_until = v[15] or nil,
-    lt = v[16] or nil}
+    lt = v[16] or nil, ce_at = v[17] or nil, ce_until = v[18] or nil}
+end
+local function woken(f, parked, now)
+  if not f.ce_at or not parked or tonumber(f.ce_until) <= now or tonumber(parked) > tonumber(f.ce_at) then return nil end
+  return f.ce_at
 end
 local function fresh_count(k, recs, now, ttl)
   for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.fresh, '-inf', now)) do
@@ -82,8 +101,12 @@ local function fresh_count(k, recs, now, ttl)
   end
   return redis.call('ZCARD', k.fresh)
 end
+local function lot_kind(k, ev)
+  if tonumber(redis.call('HGET', k.rec, 'n') or '0') > 0 then redis.call('SADD', k.retry, ev) else redis.call('SREM', k.retry, ev) end
+end
 local function park(k, ev, state, at, x)
   redis.call('ZADD', k.lot, at, ev)
+  lot_kind(k, ev)
   if x then redis.call('ZADD', k.exp, x, ev) end
   redis.call('ZREM', k.out, ev)
   redis.call('ZREM', k.fresh, ev)

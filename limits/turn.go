@@ -8,7 +8,7 @@ import (
 )
 
 // KEYS: 1 gate, 2 cooldown, 3 inflight, 4 gcra, 5 lot, 6 out, 7 exp, 8
-// fresh. ARGV: 1 record prefix (+ event id: the records, in the same
+// fresh, 9 retry. ARGV: 1 record prefix (+ event id: the records, in the same
 // slot), 2 batch (the most hand-outs), 3 out lease ms, 4 fresh ttl ms, 5
 // probe hold ms, then Pace.args: 6 rate, 7 burst, 8 period ms, 9 max in
 // flight, 10 lead ms, 11 max wait ms, 12 fresh max, 13 adaptive increase
@@ -22,17 +22,18 @@ import (
 // A turn hands out, in this order: deliveries whose hand-out lease ran out
 // (again, in the lane they went to: asynq refuses the task if it still
 // has it); parked deliveries past their horizon, whatever holds the
-// subscriber (their run dead-letters them); and then, unless the
+// subscriber (their run dead-letters them); and then (the deliveries
+// parked on a cooldown an operator ended made due first), unless the
 // subscriber is paused or its destination cools down, the due ones: one
 // probe while its breaker is open and the probe is due, else as many as a
 // rate slot within the lead and the in-flight capacity allow.
 var turnScript = script(`
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
-  fresh = KEYS[8]}
+  fresh = KEYS[8], retry = KEYS[9]}
 local f = gate_fields(k.gate)
 if not f.gen then
   local n = redis.call('ZCARD', k.lot)
-  redis.call('DEL', k.lot, k.exp, k.out, k.fresh)
+  redis.call('DEL', k.lot, k.exp, k.out, k.fresh, k.retry)
   return {-1, n}
 end
 local now, t = now_ms()
@@ -47,12 +48,18 @@ local function lane()
   if cap == 0 or fresh_count(k, ARGV[1], now, freshttl) < cap then return 'fresh' end
   return 'backlog'
 end
-local function hand(ev, l, probe)
+-- due: handed out to be sent (not past its horizon, to be dead-lettered):
+-- one that goes early because an operator ended the cooldown carries the
+-- time in its record (woken in lua.go)
+local function hand(ev, l, probe, due)
+  local woke = due and f.ce_until and tonumber(f.ce_until) > now and woken(f, redis.call('ZSCORE', k.lot, ev), now)
   redis.call('ZREM', k.lot, ev)
+  redis.call('SREM', k.retry, ev)
   redis.call('ZREM', k.exp, ev)
   redis.call('ZADD', k.out, now + lease, ev)
   if l == 'fresh' then redis.call('ZADD', k.fresh, now + freshttl, ev) end
   redis.call('HSET', ARGV[1] .. ev, 's', 'pending', 'q', l)
+  if woke then redis.call('HSET', ARGV[1] .. ev, 'ce', woke) end
   if probe then redis.call('HSET', k.gate, 'b_probe', now + tonumber(ARGV[5]), 'b_pe', ev) end
   out[#out + 1], out[#out + 2], out[#out + 3] = ev, l, probe and 'p' or ''
   handed = handed + 1
@@ -64,9 +71,20 @@ for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.out, '-inf', now, 'LIMIT', 0, 
   handed = handed + 1
 end
 for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.exp, '-inf', now, 'LIMIT', 0, math.max(batch - handed, 0))) do
-  hand(ev, 'backlog', false)
+  hand(ev, 'backlog', false, false)
 end
 local cool = tonumber(redis.call('GET', k.cool) or '0')
+-- An operator ended a cooldown (Gates.EndCooldown): the deliveries parked
+-- until its end (cooling, at exactly ce_until) are due from the operator's
+-- end, moved here a batch a turn rather than by the operator's call (a
+-- full batch: another turn at once).
+if f.ce_until and tonumber(f.ce_until) > now then
+  local evs = redis.call('ZRANGEBYSCORE', k.lot, f.ce_until, f.ce_until, 'LIMIT', 0, batch)
+  for _, ev in ipairs(evs) do
+    if redis.call('HGET', ARGV[1] .. ev, 's') == 'cooling' then redis.call('ZADD', k.lot, 'XX', f.ce_at, ev) end
+  end
+  if #evs == batch then soon(now) end
+end
 if f.paused then
   -- held until resumed (or its horizon, below)
 elseif f.b_open then
@@ -74,7 +92,7 @@ elseif f.b_open then
   if now >= nxt and probe <= now and handed < batch then
     local head = redis.call('ZRANGEBYSCORE', k.lot, '-inf', now, 'LIMIT', 0, 1)
     if head[1] then
-      hand(head[1], lane(), true)
+      hand(head[1], lane(), true, true)
       soon(now + tonumber(ARGV[5]))
     end
   else
@@ -101,7 +119,7 @@ else
   local taken = 0
   if n > 0 then
     for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.lot, '-inf', now, 'LIMIT', 0, n)) do
-      hand(ev, lane(), false)
+      hand(ev, lane(), false, true)
       taken = taken + 1
     end
   end
@@ -150,7 +168,7 @@ const TurnBatch = 500
 // probeHold is how long a probe holds the role while it is handed out and
 // sent (the request timeout and a margin).
 func (g *Gates) Turn(ctx context.Context, k GateKeys, pace Pace, probeHold time.Duration) (TurnResult, error) {
-	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh}
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.Retry}
 	args := append([]any{k.Deliveries, TurnBatch, OutLease.Milliseconds(), FreshTTL.Milliseconds(), probeHold.Milliseconds()}, pace.args()...)
 	res, err := g.run(ctx, turnScript, keys, args...)
 	if err != nil {

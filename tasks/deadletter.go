@@ -25,6 +25,11 @@ type Attempt struct {
 	// NextAt is when the delivery was to be tried again after it (zero:
 	// not, or not known).
 	NextAt time.Time `json:"next_at,omitzero"`
+	// Note says what else the operator should know of this request: it
+	// went before a cooldown the endpoint asked for had run out, because
+	// an operator ended it ("sent early: cooldown ended by an operator at
+	// <time>").
+	Note string `json:"note,omitempty"`
 }
 
 // DeadLetter is a delivery that hooklane gave up on, as recorded in its own

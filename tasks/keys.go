@@ -109,17 +109,19 @@ func (ns Keys) IndexKeyOf(filter string) string {
 // older reads it again, so a rotated-out secret stops signing at once),
 // "paused" (the pause reason; absent: not paused), "paused_at", the
 // circuit breaker's fields b_* (limits/breaker.go), the effective rate's
-// a_* (limits/adaptive.go) and "lt" (the endpoint's observed latency, for
-// the in-flight pace). Slot {<id>}. Owner: producer (creation, changes,
+// a_* (limits/adaptive.go), "lt" (the endpoint's observed latency, for
+// the in-flight pace) and "ce_at", "ce_until" (when an operator last ended
+// a running cooldown, and when that cooldown was to end:
+// limits.Gates.EndCooldown). Slot {<id>}. Owner: producer (creation, changes,
 // pause, resume, deletion) and worker (outcomes). Lives until the
 // subscriber is deleted.
 func (ns Keys) Gate(id string) string { return ns.sub(id, "gate") }
 
 // Gates are the keys of one subscriber's delivery state, all in slot
 // {<id>}: its gates (cooldown, in-flight slots, rate limiter), its
-// schedule (the lot, the hand-outs, the horizons, the fresh lane), its
-// delivery records and log, its counters and dead letters, so that every
-// script of a delivery touches one slot. limits/doc.go describes what each
+// schedule (the lot and which of it is retrying, the hand-outs, the
+// horizons, the fresh lane), its delivery records and log, its counters
+// and dead letters, so that every script of a delivery touches one slot. limits/doc.go describes what each
 // holds and how long it lives.
 func (ns Keys) Gates(id string) limits.GateKeys {
 	return limits.GateKeys{
@@ -129,6 +131,7 @@ func (ns Keys) Gates(id string) limits.GateKeys {
 		// redis_rate's own name for a limiter key: "rate:" + the key given.
 		Rate:       "rate:" + ns.sub(id, "gcra"),
 		Lot:        ns.sub(id, "lot"),
+		Retry:      ns.sub(id, "retry"),
 		Out:        ns.sub(id, "out"),
 		Exp:        ns.sub(id, "exp"),
 		Fresh:      ns.sub(id, "fresh"),

@@ -28,7 +28,8 @@ var States = []string{StateScheduled, StatePending, StateInFlight, StateRetrying
 // it. Its hash fields (RecordField* name them): g (the subscriber's
 // generation it was booked for: a re-publish in it is a duplicate), t
 // (event type), p (published), u (due: the later of the publish and the
-// not-before time), x (expires: due + retry horizon), m (max attempts), s
+// not-before time), ce (an operator ended, then, the cooldown it waited
+// on: its next attempt carries the note), x (expires: due + retry horizon), m (max attempts), s
 // (state), n (requests made), c (attempts spent in this series: 429s,
 // probes, deferrals and interrupted requests spend none), nx (next
 // attempt), dl (delivered), r (resends), q (the lane of its last task),
@@ -112,13 +113,14 @@ type storedAttempt struct {
 	Spent      int    `json:"k,omitempty"`
 	Body       string `json:"b,omitempty"`
 	NextAt     int64  `json:"n,omitempty"`
+	Note       string `json:"o,omitempty"`
 }
 
 // EncodeAttempt is the value of an attempt's field in a delivery record
 // (its time is the field's name, AttemptField).
 func EncodeAttempt(a Attempt) []byte {
 	s := storedAttempt{Status: a.Status, RetryAfter: a.RetryAfter, Error: a.Error, LatencyMS: a.LatencyMS,
-		Spent: a.AttemptsSpent, Body: a.Body}
+		Spent: a.AttemptsSpent, Body: a.Body, Note: a.Note}
 	if !a.NextAt.IsZero() {
 		s.NextAt = a.NextAt.UnixMilli()
 	}
@@ -132,7 +134,7 @@ func decodeAttempt(at time.Time, v string) (Attempt, bool) {
 		return Attempt{}, false
 	}
 	a := Attempt{At: at.UTC(), Status: s.Status, RetryAfter: s.RetryAfter, Error: s.Error, LatencyMS: s.LatencyMS,
-		AttemptsSpent: s.Spent, Body: s.Body}
+		AttemptsSpent: s.Spent, Body: s.Body, Note: s.Note}
 	if s.NextAt > 0 {
 		a.NextAt = time.UnixMilli(s.NextAt).UTC()
 	}

@@ -60,9 +60,9 @@ func TestContractCatchesMismatches(t *testing.T) {
 	c := theContract(t)
 	const sub = `{"id":"acme","url":"https://a.test/h","event_types":[],"rate_limit":{"rate":10,"burst":20,"period":"1s"},"max_in_flight":10,"paused":false}`
 	const status = `{"subscriber_id":"acme","paused":false,"rate_limit":{"rate":10,"burst":20,"period":"1s"},"max_in_flight":10,` +
-		`"cooling_until":%s,"in_flight":0,"counts":{"delivered":1,"retrying":0,"dead":0,"failed":0,"deferred":0},` +
+		`"cooling_until":%s,"in_flight":0,"counts":{"delivered":1,"scheduled":0,"retrying":0,"dead":0,"failed":0,"deferred":0},` +
 		`"breaker":{"state":"closed","consecutive_failures":0,"failing_since":null,"opened_at":null,"next_probe":null,"last_error_at":null,"slow_start_since":null},` +
-		`"effective_rate":{"rate":10,"period":"1s","since":null}}`
+		`"effective_rate":{"rate":10,"period":"1s","since":null},"cooldown_ended_by_operator_at":null}`
 	jsonCT := http.Header{"Content-Type": {"application/json"}}
 	retry := http.Header{"Content-Type": {"application/json"}, "Retry-After": {"5"}}
 	for _, a := range []struct {

@@ -32,6 +32,10 @@ type Status struct {
 	// less, learnt from the receiver (429s, its RateLimit-Policy) or carried
 	// by its in-flight slots at the endpoint's latency.
 	EffectiveRate EffectiveRate `json:"effective_rate"`
+	// CooldownEndedByOperatorAt is when an operator last ended a running
+	// cooldown (POST …/cooldown/end); null when none ever did. The
+	// deliveries it let go early say so in their attempt's note.
+	CooldownEndedByOperatorAt *time.Time `json:"cooldown_ended_by_operator_at"`
 }
 
 // EffectiveRate is Status.EffectiveRate.
@@ -72,12 +76,15 @@ func breakerView(b limits.Breaker) Breaker {
 		NextProbe: at(b.NextProbe), LastError: b.LastError, LastErrorAt: at(b.LastErrorAt), SlowStartSince: at(b.RampingSince)}
 }
 
-// Counts: Retrying and Pending are live: the subscriber's deliveries
-// parked (waiting for their time, a backoff, a cooldown, a resume or a
-// closed breaker) and those handed to asynq and not yet taken; the rest
-// are the worker's all-time counters (worker.ReadStats).
+// Counts: Scheduled, Retrying and Pending are live: the subscriber's
+// deliveries parked (waiting for their time, a backoff, a cooldown, a
+// resume or a closed breaker) that no request was made for yet
+// (Scheduled) or that were tried before (Retrying), and those handed to
+// asynq and not yet taken (Pending); the rest are the worker's all-time
+// counters (worker.ReadStats).
 type Counts struct {
 	Delivered int64 `json:"delivered"`
+	Scheduled int64 `json:"scheduled"`
 	Retrying  int64 `json:"retrying"`
 	Pending   int64 `json:"pending"`
 	Dead      int64 `json:"dead"`
@@ -117,9 +124,9 @@ func (s *Server) statuses(ctx context.Context, subs []tasks.Subscriber) ([]Statu
 		return nil, nil
 	}
 	type reads struct {
-		cool                     *redis.StringCmd
-		rec, stats               *redis.MapStringStringCmd
-		inflight, parked, handed *redis.IntCmd
+		cool                               *redis.StringCmd
+		rec, stats                         *redis.MapStringStringCmd
+		inflight, parked, retrying, handed *redis.IntCmd
 	}
 	rs := make([]reads, len(subs))
 	var now *redis.TimeCmd
@@ -130,7 +137,7 @@ func (s *Server) statuses(ctx context.Context, subs []tasks.Subscriber) ([]Statu
 			k := keys.Gates(sub.ID)
 			rs[i] = reads{cool: p.Get(ctx, k.Cooldown), rec: p.HGetAll(ctx, k.Record),
 				inflight: s.gates.InFlightIn(ctx, p, k), stats: p.HGetAll(ctx, keys.Stats(sub.ID))} // worker.ReadStats' hash
-			rs[i].parked, rs[i].handed = s.gates.ParkedIn(ctx, p, k)
+			rs[i].parked, rs[i].retrying, rs[i].handed = s.gates.ParkedIn(ctx, p, k)
 		}
 		return nil
 	})
@@ -145,6 +152,10 @@ func (s *Server) statuses(ctx context.Context, subs []tasks.Subscriber) ([]Statu
 		if until := limits.ParseCooldown(r.cool.Val()); until.After(now.Val()) {
 			st.CoolingUntil = &until
 		}
+		if ended := limits.ReadCooldownEnded(r.rec.Val()); !ended.IsZero() {
+			ended = ended.UTC()
+			st.CooldownEndedByOperatorAt = &ended
+		}
 		st.InFlight = r.inflight.Val()
 		st.Breaker = breakerView(limits.ReadBreaker(r.rec.Val(), now.Val()))
 		eff := limits.ReadEffective(r.rec.Val(), sub.Limit, sub.MaxInFlight, now.Val())
@@ -154,7 +165,10 @@ func (s *Server) statuses(ctx context.Context, subs []tasks.Subscriber) ([]Statu
 			st.EffectiveRate.Since = &since
 		}
 		counts := worker.ParseCounts(r.stats.Val())
-		st.Counts = Counts{Delivered: counts["delivered"], Failed: counts["failed"], Retrying: r.parked.Val(), Pending: r.handed.Val()}
+		// read in one pipeline, not one step: a delivery may move between them
+		retrying := min(r.retrying.Val(), r.parked.Val())
+		st.Counts = Counts{Delivered: counts["delivered"], Failed: counts["failed"], Scheduled: r.parked.Val() - retrying,
+			Retrying: retrying, Pending: r.handed.Val()}
 		for k, v := range counts {
 			switch {
 			case strings.HasPrefix(k, "dead:"):

@@ -213,6 +213,9 @@ func (h *handler) base(r *run, resp *response, state string) outcome {
 func (h *handler) finish(ctx context.Context, r *run, o outcome) error {
 	ctx = context.WithoutCancel(ctx)
 	if o.att != nil {
+		if at := r.adm.CooldownEndedAt; !at.IsZero() {
+			o.att.Note = "sent early: cooldown ended by an operator at " + stamp(at)
+		}
 		o.AttemptField, o.Attempt = tasks.AttemptField(o.att.At), string(tasks.EncodeAttempt(*o.att))
 	}
 	if o.Kind == limits.OutcomeDead {

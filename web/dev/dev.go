@@ -192,7 +192,10 @@ func progress(ctx context.Context, c *cli.Client, out io.Writer, every time.Dura
 			if err != nil {
 				break
 			}
-			line += fmt.Sprintf("  %s: %d delivered, %d retrying, %d dead", id, st.Counts.Delivered, st.Counts.Retrying, st.Counts.Dead)
+			// scheduled: parked, never tried yet (the reminders due later, a
+			// backlog waiting for its rate); retrying: parked after a request
+			line += fmt.Sprintf("  %s: %d delivered, %d scheduled, %d retrying, %d dead", id, st.Counts.Delivered,
+				st.Counts.Scheduled, st.Counts.Retrying, st.Counts.Dead)
 			if st.CoolingUntil != nil {
 				line += fmt.Sprintf(" (429: cooling %ds)", int(time.Until(*st.CoolingUntil).Seconds()+0.5))
 			}
