@@ -96,7 +96,7 @@ func TestEveryTimeIsUTCMilliseconds(t *testing.T) {
 				t.Errorf("%s: %s is %s; want RFC 3339 in UTC to the millisecond", name, path, s)
 			}
 		})
-		if n == 0 {
+		if n == 0 && name != "publish" { // a target enqueued at once has no process_at
 			t.Errorf("%s: no time in the answer: %s", name, r.body)
 		}
 	}

@@ -27,12 +27,15 @@ type webClient struct {
 	srv *httptest.Server
 }
 
-// startWeb starts a web.Server for cfg (token and a quiet logger filled
-// in) behind an httptest server, both closed when the test ends.
+// startWeb starts a web.Server for cfg (token, a quiet logger and, unless
+// set, loopback allowed filled in) behind an httptest server, both closed when the test ends.
 func startWeb(t testing.TB, cfg web.Config) *webClient {
 	t.Helper()
 	cfg.Addr, cfg.Token = "127.0.0.1:0", webToken
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.AllowedCIDRs == nil {
+		cfg.AllowedCIDRs = testkit.Loopback // the sinks are on 127.0.0.1
+	}
 	s, err := web.New(cfg)
 	if err != nil {
 		t.Fatal(err)
