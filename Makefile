@@ -23,10 +23,13 @@ build: ## build the hooklane binary into .hooklane/bin/hooklane (or `go install 
 	$(GO) build -o .hooklane/bin/hooklane .
 
 test: redis-server chromium ## run the whole test suite under the race detector and go vet (each package starts its own redis-server and checks for leaked goroutines)
-	@# -p 1: one package at a time, so that the browser tests' Chromium and
-	@# the worker processes of one package do not skew another's timing
-	@# assertions; inside a package, parallel tests wait on Redis and HTTP
-	@# more than on the CPU.
+	@# First every package's tests are built and vetted side by side, none
+	@# run (-exec true: a test binary's run is `true`); then they run one
+	@# package at a time (-p 1, which alone would also build them one at a
+	@# time), so that the browser tests' Chromium and the worker processes
+	@# of one package do not skew another's timing assertions; inside a
+	@# package, parallel tests wait on Redis and HTTP more than on the CPU.
+	@set -o pipefail; $(GO) test -race -vet=all -count=1 -exec true ./... | { grep -v -e '^ok ' -e 'no test files' || true; }
 	$(GO) test -race -vet=all -p 1 -parallel 4 -count=1 -timeout 40m ./...
 
 test-short: redis-server ## the quick loop (~1.5 min here): the suite without the Cluster, Sentinel, worker-process and browser tests, no race detector

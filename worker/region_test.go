@@ -74,6 +74,7 @@ func TestRegionWorkersClaimOnlyTheirRegion(t *testing.T) {
 // the idle cost of a region, read from Redis' command count, is this
 // worker's alone.
 func TestRegionsAreBoundedAndLetGo(t *testing.T) {
+	t.Parallel() // its own Redis: the commands it counts are its worker's
 	ctx := context.Background()
 	r, err := deploy.StartRedis(ctx, deploy.RedisOpts{})
 	if err != nil {
