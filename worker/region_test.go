@@ -68,10 +68,11 @@ func TestRegionWorkersClaimOnlyTheirRegion(t *testing.T) {
 // Regions are bounded and let go (README, configuration): a namespace's
 // subscribers name at most producer.Config.MaxRegions regions, the
 // default one included; one more is refused and writes nothing. A region
-// no subscriber names any more stops being served once its queues are
-// empty — a moved subscriber's parked events are delivered from its new
-// region first — and its room goes to a new one. Its own Redis, so that
-// the idle cost of a region, read from Redis' command count, is this
+// no subscriber names any more is served while its queues hold tasks — a
+// deleted subscriber's are dropped and counted, never stranded — then let
+// go; a moved subscriber's parked events are delivered from its new
+// region; the room a region leaves goes to a new one. Its own Redis, so
+// that the idle cost of a region, read from Redis' command count, is this
 // worker's alone.
 func TestRegionsAreBoundedAndLetGo(t *testing.T) {
 	t.Parallel() // its own Redis: the commands it counts are its worker's
@@ -93,11 +94,16 @@ func TestRegionsAreBoundedAndLetGo(t *testing.T) {
 		_, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: id, URL: sink.URL, Region: region})
 		return err
 	}
-	if err := put("eu-crm", "eu"); err != nil {
-		t.Fatal(err)
+	send := func(sub, id string) {
+		t.Helper()
+		if _, err := p.SendTo(ctx, sub, tasks.Event{ID: id, Type: "t", Data: json.RawMessage(`{}`)}, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := put("us-crm", "us"); err != nil {
-		t.Fatal(err)
+	for _, s := range []struct{ id, region string }{{"eu-crm", "eu"}, {"eu-2", "eu"}, {"us-gone", "us"}} {
+		if err := put(s.id, s.region); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := put("ap-crm", "ap"); !errors.Is(err, producer.ErrInvalid) || !strings.Contains(err.Error(), "region") || !strings.Contains(err.Error(), "HOOKLANE_MAX_REGIONS") {
 		t.Fatalf("a fourth region with MaxRegions 3: %v; want ErrInvalid naming region and HOOKLANE_MAX_REGIONS", err)
@@ -105,8 +111,16 @@ func TestRegionsAreBoundedAndLetGo(t *testing.T) {
 	if _, err := p.GetSubscriber(ctx, "ap-crm"); !errors.Is(err, producer.ErrUnknownSubscriber) {
 		t.Fatalf("the refused subscriber was stored: %v", err)
 	}
-	if err := put("eu-2", "eu"); err != nil { // a region it has is always room
+	// us-gone is deleted with two events in us' queue, before any worker
+	// runs: no subscriber names us any more.
+	send("us-gone", "g0")
+	send("us-gone", "g1")
+	if err := p.DeleteSubscriber(ctx, "us-gone"); err != nil {
 		t.Fatal(err)
+	}
+	pending, _, _, _ := tasks.AsynqQueueKeys(tasks.Keys(ns).ShardQueue("us", tasks.LaneFresh, 0))
+	if n, err := rdb.LLen(ctx, pending).Result(); err != nil || n != 2 {
+		t.Fatalf("us' fresh queue holds %d tasks, %v; want the deleted subscriber's 2", n, err)
 	}
 
 	w, stop := startWorker(t, rdb, ns, worker.Config{RegionCheck: 100 * time.Millisecond})
@@ -114,7 +128,34 @@ func TestRegionsAreBoundedAndLetGo(t *testing.T) {
 	served := func(want ...string) func() bool {
 		return func() bool { return slices.Equal(w.ServedRegions(), want) }
 	}
-	testkit.Eventually(t, 10*time.Second, "default, eu and us served", served("default", "eu", "us"))
+	testkit.Eventually(t, 10*time.Second, "the deleted subscriber's queued events dropped", func() bool {
+		c, err := worker.ReadCounters(ctx, rdb, ns)
+		return err == nil && c[worker.DroppedDeleted] == 2
+	})
+	testkit.Eventually(t, 10*time.Second, "us let go once its queue is empty", served("default", "eu"))
+	if n := sink.Count(); n != 0 {
+		t.Fatalf("%d requests; a deleted subscriber's events are dropped, not sent", n)
+	}
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	euServers := func() int { // asynq Servers that say they serve a queue of eu
+		srvs, err := insp.Servers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range srvs {
+			for q := range s.Queues {
+				if tasks.Keys(ns).QueueRegion(q) == "eu" {
+					n++
+					break
+				}
+			}
+		}
+		return n
+	}
+	if n := euServers(); n != 2*8 {
+		t.Fatalf("%d asynq Servers serve eu; want its 2 lanes × 8 dequeue loops", n)
+	}
 	idle, conns := commandsPerSecond(t, rdb), testkit.InfoInt(t, rdb, "clients", "connected_clients")
 
 	// eu-crm, paused with events parked, moves to the default region; its
@@ -123,9 +164,7 @@ func TestRegionsAreBoundedAndLetGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if _, err := p.SendTo(ctx, "eu-crm", tasks.Event{ID: fmt.Sprintf("m%d", i), Type: "t", Data: json.RawMessage(`{}`)}, nil); err != nil {
-			t.Fatal(err)
-		}
+		send("eu-crm", fmt.Sprintf("m%d", i))
 	}
 	// Its turn in eu has run and found it paused: its entry in eu's ready
 	// index is due far ahead (the move must not leave it there).
@@ -140,27 +179,22 @@ func TestRegionsAreBoundedAndLetGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 10*time.Second, "the moved subscriber's events delivered", func() bool { return sink.Count() == 3 })
-	// us-crm is deleted, eu-2 too: both regions are let go.
-	if err := p.DeleteSubscriber(ctx, "us-crm"); err != nil {
-		t.Fatal(err)
-	}
 	if err := p.DeleteSubscriber(ctx, "eu-2"); err != nil {
 		t.Fatal(err)
 	}
 	if !testkit.Poll(10*time.Second, served("default")) {
 		regions, _ := p.Regions(ctx)
-		t.Fatalf("serving %v with regions %v; want eu and us let go", w.ServedRegions(), regions)
+		t.Fatalf("serving %v with regions %v; want eu let go", w.ServedRegions(), regions)
 	}
 	if regions, err := p.Regions(ctx); err != nil || len(regions) != 1 || regions[tasks.DefaultRegion] != 1 {
 		t.Fatalf("the namespace's regions: %v, %v; want only default, named by 1", regions, err)
 	}
+	testkit.Eventually(t, 10*time.Second, "eu's Servers stopped", func() bool { return euServers() == 0 })
 	after, connsAfter := commandsPerSecond(t, rdb), testkit.InfoInt(t, rdb, "clients", "connected_clients")
-	t.Logf("an idle worker costs Redis %.0f commands/s and %d connections serving default, eu and us, %.0f and %d serving default alone",
+	// The figure for the README, not a bound: the Servers above are.
+	t.Logf("an idle worker costs Redis %.0f commands/s and %d connections serving default and eu, %.0f and %d serving default alone",
 		idle, conns, after, connsAfter)
-	if after > idle*0.8 {
-		t.Errorf("idle cost %.0f commands/s after letting two regions go, %.0f before; want it down by a third", after, idle)
-	}
-	// Their room is free: a new region is served.
+	// The room is free: a new region is served.
 	if err := put("ap-crm", "ap"); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/producer"
@@ -62,27 +61,17 @@ func (s *servers) serveLegacy(ctx context.Context, region string) error {
 	}
 	keys := tasks.Keys(s.w.cfg.Namespace)
 	queues := map[string]int{}
-	var sizes []*redis.IntCmd
-	_, err := s.w.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
-			for i := range s.shards {
-				q := keys.LegacyQueue(region, lane, i)
-				queues[q] = 1
-				pending, active, scheduled, retry := tasks.AsynqQueueKeys(q)
-				sizes = append(sizes, p.LLen(ctx, pending), p.LLen(ctx, active), p.ZCard(ctx, scheduled), p.ZCard(ctx, retry))
-			}
+	var names []string
+	for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
+		for i := range s.shards {
+			q := keys.LegacyQueue(region, lane, i)
+			queues[q] = 1
+			names = append(names, q)
 		}
-		return nil
-	})
-	if err != nil {
+	}
+	n, err := s.w.queuedIn(ctx, names)
+	if err != nil || n == 0 {
 		return err
-	}
-	var n int64
-	for _, c := range sizes {
-		n += c.Val()
-	}
-	if n == 0 {
-		return nil
 	}
 	srv := asynq.NewServerFromRedisClient(s.w.ap, s.w.asynqConfig(queues, min(s.w.cfg.Concurrency, 20)))
 	if err := srv.Start(s.w.handler); err != nil {
