@@ -35,10 +35,14 @@ import (
 //     counts, and an entry whose task was lost goes at its next look.
 //   - park(k, ev, state, at, x): moves a delivery into the lot.
 //   - lot_kind(k, ev): files a delivery just put in the lot as retrying
-//     (in k.retry) when a request was made for it (its record's n), else
-//     as scheduled (not in k.retry), so that status counts the two apart
-//     without reading the lot's records. Every script that takes a
-//     delivery out of the lot takes it out of k.retry too (SREM).
+//     (in k.retry) when a request was made for it (its record's n), so
+//     that status counts the two apart without reading the lot's records.
+//     One never tried is not in k.retry: it was never added, and every
+//     script that takes a delivery out of the lot takes it out of k.retry
+//     too (SREM). (A record booked anew while its delivery of a deleted
+//     generation is still in the lot, after a delete and re-create race,
+//     counts as retrying until its turn hands it out: a count, nothing
+//     else.)
 //   - woken(f, parked, now): the time an operator ended the subscriber's
 //     cooldown (gate ce_at) when a delivery that leaves the lot now goes
 //     early because of it, else nil. The rule: it was due (its lot score,
@@ -102,7 +106,7 @@ local function fresh_count(k, recs, now, ttl)
   return redis.call('ZCARD', k.fresh)
 end
 local function lot_kind(k, ev)
-  if tonumber(redis.call('HGET', k.rec, 'n') or '0') > 0 then redis.call('SADD', k.retry, ev) else redis.call('SREM', k.retry, ev) end
+  if tonumber(redis.call('HGET', k.rec, 'n') or '0') > 0 then redis.call('SADD', k.retry, ev) end
 end
 local function park(k, ev, state, at, x)
   redis.call('ZADD', k.lot, at, ev)
