@@ -11,6 +11,9 @@ REDOCLY_VERSION  := 2.77.0
 NODE_DIR         := .hooklane/node
 LINTERS          := $(NODE_DIR)/installed-spectral-$(SPECTRAL_VERSION)-redocly-$(REDOCLY_VERSION)
 
+# make test's binaries: every package's test binary and a race-built hooklane.
+TESTBIN := .hooklane/test
+
 .PHONY: help run build test test-short lint bench bench-deferral fuzz redis-server chromium
 
 help: ## list the targets
@@ -23,14 +26,27 @@ build: ## build the hooklane binary into .hooklane/bin/hooklane (or `go install 
 	$(GO) build -o .hooklane/bin/hooklane .
 
 test: redis-server chromium ## run the whole test suite under the race detector and go vet (each package starts its own redis-server and checks for leaked goroutines)
-	@# First every package's tests are built and vetted side by side, none
-	@# run (-exec true: a test binary's run is `true`); then they run one
-	@# package at a time (-p 1, which alone would also build them one at a
-	@# time), so that the browser tests' Chromium and the worker processes
-	@# of one package do not skew another's timing assertions; inside a
-	@# package, parallel tests wait on Redis and HTTP more than on the CPU.
-	@set -o pipefail; $(GO) test -race -vet=all -count=1 -exec true ./... | { grep -v -e '^ok ' -e 'no test files' || true; }
-	$(GO) test -race -vet=all -p 1 -parallel 4 -count=1 -timeout 40m ./...
+	@# First every package's test binary is built and vetted side by side
+	@# (go test -c: each is linked once, not again to run it), and the
+	@# hooklane binary the worker-process tests start (HOOKLANE_TEST_BIN);
+	@# then the binaries run one package at a time, in its folder as go test
+	@# runs them, so that the browser tests' Chromium and the worker
+	@# processes of one package do not skew another's timing assertions;
+	@# inside a package, parallel tests wait on Redis and HTTP more than on
+	@# the CPU.
+	@rm -rf $(TESTBIN) && mkdir -p $(TESTBIN)
+	$(GO) test -c -race -vet=all -o $(TESTBIN)/ ./...
+	$(GO) build -race -o $(TESTBIN)/hooklane .
+	@pkgs=$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}:{{.Dir}}{{end}}' ./...) && [ -n "$$pkgs" ] || exit 1; \
+	fail=0; for pkg in $$pkgs; do \
+		path=$${pkg%%:*}; dir=$${pkg#*:}; start=$$EPOCHREALTIME; \
+		if (cd "$$dir" && HOOKLANE_TEST_BIN=$(CURDIR)/$(TESTBIN)/hooklane $(CURDIR)/$(TESTBIN)/$${path##*/}.test \
+			-test.paniconexit0 -test.parallel 4 -test.count 1 -test.timeout 40m >$(CURDIR)/$(TESTBIN)/out 2>&1); then \
+			awk -v p="$$path" -v a=$$start -v b=$$EPOCHREALTIME 'BEGIN { printf "ok  \t%s\t%.1fs\n", p, b - a }'; \
+		else \
+			cat $(TESTBIN)/out; awk -v p="$$path" -v a=$$start -v b=$$EPOCHREALTIME 'BEGIN { printf "FAIL\t%s\t%.1fs\n", p, b - a }'; fail=1; \
+		fi; \
+	done; exit $$fail
 
 test-short: redis-server ## the quick loop (under a minute here once built): the suite without the Cluster, Sentinel, worker-process and browser tests, no race detector
 	@# -parallel 8: without the race detector the parallel tests wait on

@@ -37,9 +37,13 @@ var (
 // removes it) and returns its path: under the race detector when the
 // tests are (the packages are in the build cache already, so it is a
 // link), so that the paths the real processes drive are race-checked too
-// (startProc fails a test whose process reported a race).
+// (startProc fails a test whose process reported a race). make test builds
+// it beside the test binaries and names it in HOOKLANE_TEST_BIN.
 func hooklaneBin(t testing.TB) string {
 	t.Helper()
+	if bin := os.Getenv("HOOKLANE_TEST_BIN"); bin != "" {
+		return bin
+	}
 	binOnce.Do(func() {
 		if binDir, binErr = os.MkdirTemp("", "hooklane-bin-"); binErr != nil {
 			return
