@@ -39,14 +39,18 @@ test: redis-server chromium ## run the whole test suite under the race detector 
 	$(GO) build -race -o $(TESTBIN)/hooklane .
 	@pkgs=$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}:{{.Dir}}{{end}}' ./...) && [ -n "$$pkgs" ] || exit 1; \
 	fail=0; for pkg in $$pkgs; do \
-		path=$${pkg%%:*}; dir=$${pkg#*:}; start=$$EPOCHREALTIME; \
+		path=$${pkg%%:*}; dir=$${pkg#*:}; log=$(CURDIR)/$(TESTBIN)/$${path##*/}.log; start=$$EPOCHREALTIME; \
 		if (cd "$$dir" && HOOKLANE_TEST_BIN=$(CURDIR)/$(TESTBIN)/hooklane $(CURDIR)/$(TESTBIN)/$${path##*/}.test \
-			-test.paniconexit0 -test.parallel 4 -test.count 1 -test.timeout 40m >$(CURDIR)/$(TESTBIN)/out 2>&1); then \
-			awk -v p="$$path" -v a=$$start -v b=$$EPOCHREALTIME 'BEGIN { printf "ok  \t%s\t%.1fs\n", p, b - a }'; \
+			-test.v -test.paniconexit0 -test.parallel 4 -test.count 1 -test.timeout 40m >"$$log" 2>&1); then \
+			result=ok; \
 		else \
-			cat $(TESTBIN)/out; awk -v p="$$path" -v a=$$start -v b=$$EPOCHREALTIME 'BEGIN { printf "FAIL\t%s\t%.1fs\n", p, b - a }'; fail=1; \
+			grep -v -E '^(=== (RUN|PAUSE|CONT|NAME)|[[:space:]]*--- (PASS|SKIP))' "$$log"; result=FAIL; fail=1; \
 		fi; \
-	done; exit $$fail
+		awk -v r=$$result -v p="$$path" -v a=$$start -v b=$$EPOCHREALTIME 'BEGIN { printf "%-4s\t%s\t%.1fs\n", r, p, b - a }'; \
+	done; \
+	echo "slowest tests (each package's -test.v log is in $(TESTBIN)/):"; \
+	grep -h -E '^--- (PASS|FAIL)' $(TESTBIN)/*.log | sed -E 's/^--- [A-Z]+: ([^ ]+) \(([0-9.]+)s\)$$/\2s \1/' | sort -rn | head -10; \
+	exit $$fail
 
 test-short: redis-server ## the quick loop (under a minute here once built): the suite without the Cluster, Sentinel, worker-process and browser tests, no race detector
 	@# -parallel 8: without the race detector the parallel tests wait on

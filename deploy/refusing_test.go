@@ -1,4 +1,4 @@
-package deploy
+package deploy_test
 
 import (
 	"errors"
@@ -6,10 +6,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hooklane/hooklane/deploy"
 )
 
 func TestRefusingPortRefusesAndHoldsThePort(t *testing.T) {
-	p, err := NewRefusingPort()
+	p, err := deploy.NewRefusingPort()
 	if err != nil {
 		t.Fatal(err)
 	}

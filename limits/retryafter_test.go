@@ -1,8 +1,10 @@
-package limits
+package limits_test
 
 import (
 	"testing"
 	"time"
+
+	"github.com/hooklane/hooklane/limits"
 )
 
 func TestParseRetryAfter(t *testing.T) {
@@ -32,7 +34,7 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := ParseRetryAfter(tt.value, now, max)
+			got, ok := limits.ParseRetryAfter(tt.value, now, max)
 			if ok != tt.ok || !got.Equal(tt.want) {
 				t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v, %v", tt.value, got, ok, tt.want, tt.ok)
 			}
@@ -46,7 +48,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 	}
 	now := time.Date(2026, 7, 11, 8, 14, 2, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, v string) {
-		got, ok := ParseRetryAfter(v, now, time.Hour)
+		got, ok := limits.ParseRetryAfter(v, now, time.Hour)
 		if !ok {
 			if !got.IsZero() {
 				t.Fatalf("%q: not ok but deadline %v", v, got)
@@ -68,7 +70,7 @@ func TestCeilSecond(t *testing.T) {
 		{base.Add(time.Nanosecond), base.Add(time.Second)},
 		{base.Add(999 * time.Millisecond), base.Add(time.Second)},
 	} {
-		if got := CeilSecond(tt.in); !got.Equal(tt.want) {
+		if got := limits.CeilSecond(tt.in); !got.Equal(tt.want) {
 			t.Errorf("CeilSecond(%v) = %v, want %v", tt.in, got, tt.want)
 		}
 	}
@@ -76,7 +78,7 @@ func TestCeilSecond(t *testing.T) {
 
 func TestDeferredDelayNeverEarly(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 5, 300_000_000, time.UTC)
-	e := &DeferredError{Until: now.Add(2500 * time.Millisecond)} // 00:00:07.8
+	e := &limits.DeferredError{Until: now.Add(2500 * time.Millisecond)} // 00:00:07.8
 	d := e.Delay(now)
 	// asynq stores now+d truncated to a second; that must not precede Until.
 	if stored := now.Add(d).Truncate(time.Second); stored.Before(e.Until) {
@@ -85,7 +87,7 @@ func TestDeferredDelayNeverEarly(t *testing.T) {
 	if d != 2700*time.Millisecond {
 		t.Fatalf("delay = %v, want 2.7s (to 00:00:08)", d)
 	}
-	if got := (&DeferredError{Until: now.Add(-time.Hour)}).Delay(now); got != 0 {
+	if got := (&limits.DeferredError{Until: now.Add(-time.Hour)}).Delay(now); got != 0 {
 		t.Fatalf("past Until: delay = %v, want 0", got)
 	}
 }
@@ -93,7 +95,7 @@ func TestDeferredDelayNeverEarly(t *testing.T) {
 func TestBackoffBounds(t *testing.T) {
 	for n := range 50 {
 		for range 100 {
-			d := Backoff(n, time.Second, time.Minute)
+			d := limits.Backoff(n, time.Second, time.Minute)
 			hi := time.Minute
 			if n < 6 {
 				hi = time.Second << n
@@ -106,12 +108,12 @@ func TestBackoffBounds(t *testing.T) {
 }
 
 func TestLimitJSON(t *testing.T) {
-	l := Limit{Rate: 10, Burst: 20, Period: time.Minute}
+	l := limits.Limit{Rate: 10, Burst: 20, Period: time.Minute}
 	b, err := l.MarshalJSON()
 	if err != nil || string(b) != `{"rate":10,"burst":20,"period":"1m0s"}` {
 		t.Fatalf("MarshalJSON = %s, %v", b, err)
 	}
-	var back Limit
+	var back limits.Limit
 	if err := back.UnmarshalJSON(b); err != nil || back != l {
 		t.Fatalf("round trip = %v, %v", back, err)
 	}

@@ -1,10 +1,12 @@
-package tasks
+package tasks_test
 
 import (
 	"errors"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/hooklane/hooklane/tasks"
 )
 
 // These cases never dial: they check the decision the dialer's Control
@@ -24,13 +26,13 @@ func TestAddressAllowed(t *testing.T) {
 		"198.18.0.1", "192.0.0.8", "2001:db8::1",
 	}
 	for _, s := range refused {
-		if AddressAllowed(netip.MustParseAddr(s), nil) {
+		if tasks.AddressAllowed(netip.MustParseAddr(s), nil) {
 			t.Errorf("%s allowed, want refused", s)
 		}
 	}
 	allowed := []string{"93.184.216.34", "1.1.1.1", "2606:4700:4700::1111", "::ffff:93.184.216.34", "64:ff9b::5db8:d822", "100.128.0.1", "172.32.0.1"}
 	for _, s := range allowed {
-		if !AddressAllowed(netip.MustParseAddr(s), nil) {
+		if !tasks.AddressAllowed(netip.MustParseAddr(s), nil) {
 			t.Errorf("%s refused, want allowed", s)
 		}
 	}
@@ -39,18 +41,18 @@ func TestAddressAllowed(t *testing.T) {
 		ip   string
 		want bool
 	}{{"127.0.0.1", true}, {"::ffff:127.0.0.1", true}, {"10.1.2.3", true}, {"10.2.0.1", false}, {"169.254.169.254", false}} {
-		if got := AddressAllowed(netip.MustParseAddr(tt.ip), list); got != tt.want {
+		if got := tasks.AddressAllowed(netip.MustParseAddr(tt.ip), list); got != tt.want {
 			t.Errorf("with allowlist: %s allowed=%v, want %v", tt.ip, got, tt.want)
 		}
 	}
 }
 
 func TestParseCIDRs(t *testing.T) {
-	got, err := ParseCIDRs(" 127.0.0.0/8, 10.1.2.3/16,,::1/128")
+	got, err := tasks.ParseCIDRs(" 127.0.0.0/8, 10.1.2.3/16,,::1/128")
 	if err != nil || len(got) != 3 || got[1].String() != "10.1.0.0/16" {
 		t.Fatalf("ParseCIDRs = %v, %v", got, err)
 	}
-	if _, err := ParseCIDRs("10.0.0.0"); err == nil {
+	if _, err := tasks.ParseCIDRs("10.0.0.0"); err == nil {
 		t.Fatal("a bare address was accepted")
 	}
 }
@@ -78,12 +80,12 @@ func TestValidateURLAddress(t *testing.T) {
 		{"https://localhost/hook", nil, false}, // a name: checked at delivery, after DNS
 		{"https://hooks.example.com/x", nil, false},
 	} {
-		err := ValidateURLAddress(tt.url, tt.allowed)
+		err := tasks.ValidateURLAddress(tt.url, tt.allowed)
 		if (err != nil) != tt.refused {
 			t.Errorf("%s with %v: err %v, want refused=%v", tt.url, tt.allowed, err, tt.refused)
 			continue
 		}
-		var fe *FieldError
+		var fe *tasks.FieldError
 		if err != nil && (!errors.As(err, &fe) || fe.Field != "url" || !strings.Contains(err.Error(), "HOOKLANE_ALLOWED_CIDRS")) {
 			t.Errorf("%s: %v; want an error naming url and HOOKLANE_ALLOWED_CIDRS", tt.url, err)
 		}

@@ -1,4 +1,4 @@
-package tasks
+package tasks_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/tasks"
 )
 
 func TestMatches(t *testing.T) {
@@ -25,13 +26,13 @@ func TestMatches(t *testing.T) {
 		{[]string{"video.*"}, "videos.x", false},
 		{[]string{"a", "video.*"}, "video.x.y", true},
 		// Operator events go only to those that name them.
-		{nil, OperatorFailing, false},
-		{[]string{"hooklane.*"}, OperatorFailing, true},
-		{[]string{OperatorDead}, OperatorDead, true},
-		{[]string{OperatorDead}, OperatorFailing, false},
+		{nil, tasks.OperatorFailing, false},
+		{[]string{"hooklane.*"}, tasks.OperatorFailing, true},
+		{[]string{tasks.OperatorDead}, tasks.OperatorDead, true},
+		{[]string{tasks.OperatorDead}, tasks.OperatorFailing, false},
 	}
 	for _, tt := range tests {
-		s := Subscriber{EventTypes: tt.filter}
+		s := tasks.Subscriber{EventTypes: tt.filter}
 		if got := s.Matches(tt.typ); got != tt.want {
 			t.Errorf("filter %v, type %q: %v, want %v", tt.filter, tt.typ, got, tt.want)
 		}
@@ -39,10 +40,10 @@ func TestMatches(t *testing.T) {
 }
 
 func TestOperatorTypesAreNotLookedUpInTheUnfilteredIndex(t *testing.T) {
-	ns := Keys("n")
-	for _, k := range ns.IndexKeysFor(OperatorRecovered) {
+	ns := tasks.Keys("n")
+	for _, k := range ns.IndexKeysFor(tasks.OperatorRecovered) {
 		if k == ns.AnyIndex() {
-			t.Fatalf("%s is looked up in the index of unfiltered subscribers", OperatorRecovered)
+			t.Fatalf("%s is looked up in the index of unfiltered subscribers", tasks.OperatorRecovered)
 		}
 	}
 	if keys := ns.IndexKeysFor("video.x"); len(keys) != 3 || keys[1] != ns.AnyIndex() {
@@ -51,12 +52,12 @@ func TestOperatorTypesAreNotLookedUpInTheUnfilteredIndex(t *testing.T) {
 }
 
 func TestSubscriberJSONRoundTrip(t *testing.T) {
-	s, err := Subscriber{ID: "a", URL: "https://a.test", RetryHorizon: Duration(90 * time.Minute)}.WithDefaults()
+	s, err := tasks.Subscriber{ID: "a", URL: "https://a.test", RetryHorizon: tasks.Duration(90 * time.Minute)}.WithDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal(s)
-	var back Subscriber
+	var back tasks.Subscriber
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestSubscriberJSONRoundTrip(t *testing.T) {
 }
 
 // A payload that cannot be read dead-letters (SkipRetry); one of a later
-// release is refused as such (ErrNewerTask), never dead-lettered; one of
+// release is refused as such (tasks.ErrNewerTask), never dead-lettered; one of
 // the release before is returned to be adopted; one of the release before
 // that (layout 1) cannot be.
 func TestDecodeTask(t *testing.T) {
@@ -78,21 +79,21 @@ func TestDecodeTask(t *testing.T) {
 		{`{"v":3,"subscriber_id":"a:b","event_id":"e"}`, asynq.SkipRetry},
 		{`{"v":3,"subscriber_id":"a","event_id":""}`, asynq.SkipRetry},
 		{`{"subscriber_id":"a","event":{"id":"e","type":"t","data":1}}`, asynq.SkipRetry}, // layout 1
-		{`{"v":4,"subscriber_id":"a","event_id":"e"}`, ErrNewerTask},
-		{`{"v":99}`, ErrNewerTask},
+		{`{"v":4,"subscriber_id":"a","event_id":"e"}`, tasks.ErrNewerTask},
+		{`{"v":99}`, tasks.ErrNewerTask},
 	} {
-		if _, _, err := DecodeTask([]byte(c.payload)); !errors.Is(err, c.want) {
+		if _, _, err := tasks.DecodeTask([]byte(c.payload)); !errors.Is(err, c.want) {
 			t.Errorf("%s: err %v, want it to wrap %v", c.payload, err, c.want)
 		}
 	}
-	task := NewDeliverTask("s", "e1")
-	d, legacy, err := DecodeTask(task.Payload())
-	if err != nil || legacy != nil || d != (Delivery{V: TaskVersion, SubscriberID: "s", EventID: "e1"}) {
+	task := tasks.NewDeliverTask("s", "e1")
+	d, legacy, err := tasks.DecodeTask(task.Payload())
+	if err != nil || legacy != nil || d != (tasks.Delivery{V: tasks.TaskVersion, SubscriberID: "s", EventID: "e1"}) {
 		t.Fatalf("DecodeTask(%s) = %+v, %v, %v", task.Payload(), d, legacy, err)
 	}
 	v2 := `{"v":2,"subscriber_id":"s","gen":"g1","max_attempts":5,"event":{"id":"e2","type":"t","timestamp":"2026-12-01T09:00:00Z","data":null},` +
 		`"payload_ref":true,"enqueued_at":"2026-12-01T09:00:00Z","expires_at":"2026-12-02T09:00:00Z"}`
-	d, legacy, err = DecodeTask([]byte(v2))
+	d, legacy, err = tasks.DecodeTask([]byte(v2))
 	if err != nil || legacy == nil || d.EventID != "e2" || legacy.Gen != "g1" || legacy.MaxAttempts != 5 ||
 		!legacy.ExpiresAt.Equal(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)) {
 		t.Fatalf("DecodeTask(v2) = %+v, %+v, %v; want it to adopt", d, legacy, err)
@@ -100,19 +101,19 @@ func TestDecodeTask(t *testing.T) {
 }
 
 func FuzzDecodeTask(f *testing.F) {
-	f.Add(NewDeliverTask("s", "e").Payload())
+	f.Add(tasks.NewDeliverTask("s", "e").Payload())
 	f.Add([]byte(`{"v":2,"subscriber_id":"s","gen":"g","max_attempts":1,"event":{"id":"e"}}`))
 	f.Add([]byte(`{"v":4}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, _, err := DecodeTask(b)
+		d, _, err := tasks.DecodeTask(b)
 		if err != nil {
-			if !errors.Is(err, asynq.SkipRetry) && !errors.Is(err, ErrNewerTask) {
+			if !errors.Is(err, asynq.SkipRetry) && !errors.Is(err, tasks.ErrNewerTask) {
 				t.Fatalf("error %v neither dead-letters nor refuses a later release's task", err)
 			}
 			return
 		}
 		// What decodes names a delivery record.
-		if ValidateStoredSubscriberID(d.SubscriberID) != nil || validStoredEventID(d.EventID) != nil {
+		if tasks.ValidateStoredSubscriberID(d.SubscriberID) != nil || (d.EventID != "." && d.EventID != ".." && tasks.ValidateEventID(d.EventID) != nil) {
 			t.Fatalf("accepted invalid delivery %+v", d)
 		}
 	})
@@ -120,7 +121,7 @@ func FuzzDecodeTask(f *testing.F) {
 
 func TestSigningSecretsDropsRetiredAfterGrace(t *testing.T) {
 	now := time.Date(2026, 7, 11, 8, 0, 0, 0, time.UTC)
-	s := Subscriber{Secrets: []string{"new"}, Retiring: []RetiringSecret{
+	s := tasks.Subscriber{Secrets: []string{"new"}, Retiring: []tasks.RetiringSecret{
 		{Secret: "old", Until: now.Add(time.Minute)},
 		{Secret: "older", Until: now},
 	}}
@@ -133,11 +134,11 @@ func TestSigningSecretsDropsRetiredAfterGrace(t *testing.T) {
 }
 
 func TestFieldErrorNamesNestedField(t *testing.T) {
-	s, _ := Subscriber{ID: "a", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 0, Period: time.Second}}.WithDefaults()
-	var fe *FieldError
+	s, _ := tasks.Subscriber{ID: "a", URL: "https://a.test", Limit: limits.Limit{Rate: 1, Burst: 0, Period: time.Second}}.WithDefaults()
+	var fe *tasks.FieldError
 	err := s.Validate()
-	if !errors.As(err, &fe) || fe.Field != "limit.burst" || !errors.Is(err, ErrInvalid) {
-		t.Fatalf("err = %#v, want a FieldError on limit.burst that is ErrInvalid", err)
+	if !errors.As(err, &fe) || fe.Field != "limit.burst" || !errors.Is(err, tasks.ErrInvalid) {
+		t.Fatalf("err = %#v, want a tasks.FieldError on limit.burst that is tasks.ErrInvalid", err)
 	}
 }
 
@@ -146,13 +147,13 @@ func TestFieldErrorNamesNestedField(t *testing.T) {
 // escaping of the strings; parsed back it is the same event.
 func TestEventBodyKeepsTheDataAsPublished(t *testing.T) {
 	data := "{ \"a\" : \"<&>\",\n  \"u\": \"\u2028 é \\u00e9\" }"
-	ev := Event{ID: "e<1>", Type: "t&x", Timestamp: time.Date(2026, 12, 1, 9, 0, 0, 5, time.UTC), Data: json.RawMessage(data)}
-	b := string(EventBody(ev))
+	ev := tasks.Event{ID: "e<1>", Type: "t&x", Timestamp: time.Date(2026, 12, 1, 9, 0, 0, 5, time.UTC), Data: json.RawMessage(data)}
+	b := string(tasks.EventBody(ev))
 	want := `{"id":"e<1>","type":"t&x","timestamp":"2026-12-01T09:00:00.000000005Z","data":` + data + `}`
 	if b != want {
 		t.Fatalf("body\n%s\nwant\n%s", b, want)
 	}
-	var back Event
+	var back tasks.Event
 	if err := json.Unmarshal([]byte(b), &back); err != nil || back.ID != ev.ID || back.Type != ev.Type || string(back.Data) != data ||
 		!back.Timestamp.Equal(ev.Timestamp) {
 		t.Fatalf("body parsed back: %+v, %v", back, err)
@@ -165,7 +166,7 @@ func TestEventBodyKeepsTheDataAsPublished(t *testing.T) {
 func TestEventDigestComparesJSONValues(t *testing.T) {
 	d := func(typ, data string) string {
 		t.Helper()
-		s, err := EventDigest(typ, json.RawMessage(data))
+		s, err := tasks.EventDigest(typ, json.RawMessage(data))
 		if err != nil {
 			t.Fatal(err)
 		}
