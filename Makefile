@@ -27,20 +27,19 @@ build: ## build the hooklane binary into .hooklane/bin/hooklane (or `go install 
 
 test: redis-server chromium ## run the whole test suite under the race detector and go vet (each package starts its own redis-server and checks for leaked goroutines)
 	@# First every package's test binary is built and vetted side by side
-	@# (go test -c: each is linked once, not again to run it), and the
-	@# hooklane binary the worker-process tests start (HOOKLANE_TEST_BIN);
-	@# then the binaries run one package at a time, in its folder as go test
+	@# (go test -c: each is linked once, not again to run it; the worker-
+	@# process tests start the root package's as the hooklane command,
+	@# HOOKLANE_TEST_BIN); then the binaries run one package at a time, in its folder as go test
 	@# runs them, so that the browser tests' Chromium and the worker
 	@# processes of one package do not skew another's timing assertions;
 	@# inside a package, parallel tests wait on Redis and HTTP more than on
 	@# the CPU.
 	@rm -rf $(TESTBIN) && mkdir -p $(TESTBIN)
 	$(GO) test -c -race -vet=all -o $(TESTBIN)/ ./...
-	$(GO) build -race -o $(TESTBIN)/hooklane .
 	@pkgs=$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}:{{.Dir}}{{end}}' ./...) && [ -n "$$pkgs" ] || exit 1; \
 	fail=0; for pkg in $$pkgs; do \
 		path=$${pkg%%:*}; dir=$${pkg#*:}; log=$(CURDIR)/$(TESTBIN)/$${path##*/}.log; start=$$EPOCHREALTIME; \
-		if (cd "$$dir" && HOOKLANE_TEST_BIN=$(CURDIR)/$(TESTBIN)/hooklane $(CURDIR)/$(TESTBIN)/$${path##*/}.test \
+		if (cd "$$dir" && HOOKLANE_TEST_BIN=$(CURDIR)/$(TESTBIN)/hooklane.test $(CURDIR)/$(TESTBIN)/$${path##*/}.test \
 			-test.v -test.paniconexit0 -test.parallel 4 -test.count 1 -test.timeout 40m >"$$log" 2>&1); then \
 			result=ok; \
 		else \

@@ -37,15 +37,16 @@ var (
 // removes it) and returns its path: under the race detector when the
 // tests are (the packages are in the build cache already, so it is a
 // link), so that the paths the real processes drive are race-checked too
-// (startProc fails a test whose process reported a race). make test builds
-// it beside the test binaries and names it in HOOKLANE_TEST_BIN.
+// (startProc fails a test whose process reported a race). make test names
+// a binary it built in HOOKLANE_TEST_BIN instead: the root package's test
+// binary, race-built and linked with the other test binaries, which runs
+// as the hooklane command under HOOKLANE_TEST_MAIN=1 (startProc sets it).
 func hooklaneBin(t testing.TB) string {
 	t.Helper()
-	if bin := os.Getenv("HOOKLANE_TEST_BIN"); bin != "" {
-		return bin
-	}
+	bin := os.Getenv("HOOKLANE_TEST_BIN")
 	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "hooklane-bin-"); binErr != nil {
+		// binDir also holds the processes' race reports.
+		if binDir, binErr = os.MkdirTemp("", "hooklane-bin-"); binErr != nil || bin != "" {
 			return
 		}
 		args := []string{"build", "-o", filepath.Join(binDir, "hooklane")}
@@ -60,6 +61,9 @@ func hooklaneBin(t testing.TB) string {
 	})
 	if binErr != nil {
 		t.Fatal(binErr)
+	}
+	if bin != "" {
+		return bin
 	}
 	return filepath.Join(binDir, "hooklane")
 }
@@ -95,7 +99,8 @@ func startProc(t testing.TB, redisURL, ns string, env ...string) *proc {
 	p := &proc{log: &testkit.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(hooklaneBin(t), "worker")
 	race := filepath.Join(binDir, fmt.Sprintf("race-%d", procSeq.Add(1)))
-	p.cmd.Env = append(append([]string{"REDIS_URL=" + redisURL, "HOOKLANE_NAMESPACE=" + ns, "GORACE=log_path=" + race}, crashEnv...), env...)
+	p.cmd.Env = append(append([]string{"REDIS_URL=" + redisURL, "HOOKLANE_NAMESPACE=" + ns, "GORACE=log_path=" + race, "HOOKLANE_TEST_MAIN=1"},
+		crashEnv...), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
