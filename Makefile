@@ -11,8 +11,11 @@ REDOCLY_VERSION  := 2.77.0
 NODE_DIR         := .hooklane/node
 LINTERS          := $(NODE_DIR)/installed-spectral-$(SPECTRAL_VERSION)-redocly-$(REDOCLY_VERSION)
 
-# make test's binaries: every package's test binary and a race-built hooklane.
-TESTBIN := .hooklane/test
+# make test's binaries and logs; TEST_FIRST: the packages whose tests are
+# light (no worker processes, no browser, no timing bounds), built first
+# and run while the rest builds.
+TESTBIN    := .hooklane/test
+TEST_FIRST := ./limits ./tasks ./producer ./deploy ./deploy/testkit
 
 .PHONY: help run build test test-short lint bench bench-deferral fuzz redis-server chromium
 
@@ -26,27 +29,38 @@ build: ## build the hooklane binary into .hooklane/bin/hooklane (or `go install 
 	$(GO) build -o .hooklane/bin/hooklane .
 
 test: redis-server chromium ## run the whole test suite under the race detector and go vet (each package starts its own redis-server and checks for leaked goroutines)
-	@# First every package's test binary is built and vetted side by side
-	@# (go test -c: each is linked once, not again to run it; the worker-
-	@# process tests start the root package's as the hooklane command,
-	@# HOOKLANE_TEST_BIN); then the binaries run one package at a time, in its folder as go test
-	@# runs them, so that the browser tests' Chromium and the worker
-	@# processes of one package do not skew another's timing assertions;
-	@# inside a package, parallel tests wait on Redis and HTTP more than on
-	@# the CPU.
+	@# Every package's test binary is built and vetted (go test -c: each is
+	@# linked once, not again to run it; the worker-process tests start the
+	@# root package's as the hooklane command, HOOKLANE_TEST_BIN), then run
+	@# in its folder as go test runs it. The packages of TEST_FIRST are built
+	@# first and their tests run while the rest builds; then the rest run
+	@# one package at a time, so that the browser tests' Chromium and the
+	@# worker processes of one package do not skew another's timing
+	@# assertions; inside a package, parallel tests wait on Redis and HTTP
+	@# more than on the CPU.
 	@rm -rf $(TESTBIN) && mkdir -p $(TESTBIN)
-	$(GO) test -c -race -vet=all -o $(TESTBIN)/ ./...
-	@pkgs=$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}:{{.Dir}}{{end}}' ./...) && [ -n "$$pkgs" ] || exit 1; \
-	fail=0; for pkg in $$pkgs; do \
-		path=$${pkg%%:*}; dir=$${pkg#*:}; log=$(CURDIR)/$(TESTBIN)/$${path##*/}.log; start=$$EPOCHREALTIME; \
-		if (cd "$$dir" && HOOKLANE_TEST_BIN=$(CURDIR)/$(TESTBIN)/hooklane.test $(CURDIR)/$(TESTBIN)/$${path##*/}.test \
-			-test.v -test.paniconexit0 -test.parallel 4 -test.count 1 -test.timeout 40m >"$$log" 2>&1); then \
-			result=ok; \
-		else \
-			grep -v -E '^(=== (RUN|PAUSE|CONT|NAME)|[[:space:]]*--- (PASS|SKIP))' "$$log"; result=FAIL; fail=1; \
-		fi; \
-		awk -v r=$$result -v p="$$path" -v a=$$start -v b=$$EPOCHREALTIME 'BEGIN { printf "%-4s\t%s\t%.1fs\n", r, p, b - a }'; \
-	done; \
+	$(GO) test -c -race -vet=all -o $(TESTBIN)/ $(TEST_FIRST)
+	@set -o pipefail; \
+	rest=$$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(TEST_FIRST))") || exit 1; \
+	echo "$(GO) test -c -race -vet=all -o $(TESTBIN)/ <the rest>, while the tests of $(TEST_FIRST) run"; \
+	{ $(GO) test -c -race -vet=all -o $(TESTBIN)/ $$rest >$(TESTBIN)/build.log 2>&1; echo $$? >$(TESTBIN)/build.rc; } & \
+	run() { \
+		pkgs=$$($(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}:{{.Dir}}{{end}}' "$$@") && [ -n "$$pkgs" ] || return 1; \
+		failed=0; for pkg in $$pkgs; do \
+			path=$${pkg%%:*}; dir=$${pkg#*:}; log=$(CURDIR)/$(TESTBIN)/$${path##*/}.log; start=$$EPOCHREALTIME; \
+			if (cd "$$dir" && HOOKLANE_TEST_BIN=$(CURDIR)/$(TESTBIN)/hooklane.test $(CURDIR)/$(TESTBIN)/$${path##*/}.test \
+				-test.v -test.paniconexit0 -test.parallel 4 -test.count 1 -test.timeout 40m >"$$log" 2>&1); then \
+				result=ok; \
+			else \
+				grep -v -E '^(=== (RUN|PAUSE|CONT|NAME)|[[:space:]]*--- (PASS|SKIP))' "$$log"; result=FAIL; failed=1; \
+			fi; \
+			awk -v r=$$result -v p="$$path" -v a=$$start -v b=$$EPOCHREALTIME 'BEGIN { printf "%-4s\t%s\t%.1fs\n", r, p, b - a }'; \
+		done; \
+		return $$failed; \
+	}; \
+	fail=0; run $(TEST_FIRST) || fail=1; \
+	wait; cat $(TESTBIN)/build.log; [ "$$(cat $(TESTBIN)/build.rc)" = 0 ] || exit 1; \
+	run $$rest || fail=1; \
 	echo "slowest tests (each package's -test.v log is in $(TESTBIN)/):"; \
 	grep -h -E '^--- (PASS|FAIL)' $(TESTBIN)/*.log | sed -E 's/^--- [A-Z]+: ([^ ]+) \(([0-9.]+)s\)$$/\2s \1/' | sort -rn | head -10; \
 	exit $$fail
