@@ -13,7 +13,8 @@ LINTERS          := $(NODE_DIR)/installed-spectral-$(SPECTRAL_VERSION)-redocly-$
 
 # make test's binaries and logs; TEST_FIRST: the packages whose tests are
 # light (no worker processes, no browser, no timing bounds), built first
-# and run while the rest builds.
+# and run while the rest builds. web is not one of them: its paced-slot
+# test reads the endpoint's latency, which a build beside it doubles.
 TESTBIN    := .hooklane/test
 TEST_FIRST := ./limits ./tasks ./producer ./deploy ./deploy/testkit
 

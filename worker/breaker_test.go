@@ -123,11 +123,12 @@ func TestOutageShorterThanTheHorizonDeadLettersNothing(t *testing.T) {
 	}
 }
 
-// TestFlappingEndpointNeitherDeadLettersNorGetsMoreThanItsLimit: up 1s,
-// down 2s, three times over, then up for good.
+// TestFlappingEndpointNeitherDeadLettersNorGetsMoreThanItsLimit: up
+// 0.5s, down 1s (the breaker opens, probes after its 1s gap), three times
+// over, then up for good; the slow start after each close lasts 2s.
 func TestFlappingEndpointNeitherDeadLettersNorGetsMoreThanItsLimit(t *testing.T) {
 	const n, rate, burst = 100, 40, 5
-	b := procBundle(t)
+	b := procBundle(t, "HOOKLANE_BREAKER_RAMP=2s")
 	f := newFlaky(t)
 	b.put(t, tasks.Subscriber{ID: "s", URL: f.URL, MaxAttempts: 5, MaxInFlight: 5,
 		Limit: limits.Limit{Rate: rate, Burst: burst, Period: time.Second}})
@@ -135,9 +136,9 @@ func TestFlappingEndpointNeitherDeadLettersNorGetsMoreThanItsLimit(t *testing.T)
 		b.publish(t, fmt.Sprintf("e%03d", i), "t")
 	}
 	for range 3 { // the flapping itself: sleeps are the scenario, not waits for a result
-		time.Sleep(time.Second)
+		time.Sleep(500 * time.Millisecond)
 		f.down.Store(true)
-		time.Sleep(2 * time.Second)
+		time.Sleep(time.Second)
 		f.down.Store(false)
 	}
 	testkit.Eventually(t, 60*time.Second, "all delivered once the flapping stopped", func() bool { return len(f.delivered()) == n })
