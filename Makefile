@@ -47,7 +47,7 @@ test: redis-server chromium ## run the whole test suite under the race detector 
 	$(GO) test -c -race -vet=all -o $(TESTBIN)/ $(TEST_FIRST)
 	@set -o pipefail; \
 	rest=$$($(GO) list ./... | grep -v -x -F "$$($(GO) list $(TEST_FIRST))") || exit 1; \
-	rest="$$(grep -x -F "$$($(GO) list $(TEST_LEAD))" <<<"$$rest") $$(grep -v -x -F "$$($(GO) list $(TEST_LEAD))" <<<"$$rest")"; \
+	lead=$$($(GO) list $(TEST_LEAD)) && rest="$$lead $$(grep -v -x -F "$$lead" <<<"$$rest")" || exit 1; \
 	echo "$(GO) test -c -race -vet=all -o $(TESTBIN)/ <the rest>, while the tests of $(TEST_FIRST) run"; \
 	{ $(GO) test -c -race -vet=all -o $(TESTBIN)/ $$rest >$(TESTBIN)/build.log 2>&1; echo $$? >$(TESTBIN)/build.rc; } & \
 	run() { \

@@ -112,7 +112,8 @@ func FuzzDecodeTask(f *testing.F) {
 			}
 			return
 		}
-		// What decodes names a delivery record.
+		// What decodes names a delivery record: a stored event id is a new
+		// one, or "." or "..", accepted before they were refused.
 		if tasks.ValidateStoredSubscriberID(d.SubscriberID) != nil || (d.EventID != "." && d.EventID != ".." && tasks.ValidateEventID(d.EventID) != nil) {
 			t.Fatalf("accepted invalid delivery %+v", d)
 		}
