@@ -30,22 +30,34 @@ func chromium(t *testing.T, pageURL string) (dom, netlog string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	dir := t.TempDir()
-	logFile := filepath.Join(dir, "netlog.json")
-	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-		"--user-data-dir="+filepath.Join(dir, "profile"), "--log-net-log="+logFile,
-		"--virtual-time-budget=15000", "--dump-dom", pageURL)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("chromium: %v\n%s", err, out)
+	var logFile string
+	for attempt := 1; ; attempt++ {
+		dir := t.TempDir()
+		logFile = filepath.Join(dir, "netlog.json")
+		cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+			"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+			"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+			"--user-data-dir="+filepath.Join(dir, "profile"), "--log-net-log="+logFile,
+			"--virtual-time-budget=15000", "--dump-dom", pageURL)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err == nil {
+			dom = string(out)
+			break
+		}
+		// A Chromium that exited with an error and printed no page never
+		// loaded it (seen once on CI: its zygote could not fork): once more.
+		if attempt == 2 || len(out) > 0 || ctx.Err() != nil {
+			t.Fatalf("chromium: %v\n%s%s", err, out, stderr.String())
+		}
+		t.Logf("chromium exited before printing a page (%v), starting it once more:\n%s", err, stderr.String())
 	}
 	log, err := os.ReadFile(logFile)
 	if err != nil {
 		t.Fatalf("chromium wrote no net log: %v", err)
 	}
-	return string(out), string(log)
+	return dom, string(log)
 }
 
 // A browser opens asynqmon with the token as basic-auth password and sees

@@ -50,23 +50,15 @@ func newConsoleBrowser(t *testing.T) *consoleBrowser {
 		}
 		t.Skipf("%s missing: make test installs it", bin)
 	}
-	profile := t.TempDir()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(profile), chromedp.WindowSize(1280, 900),
+		chromedp.WindowSize(1280, 900),
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("host-resolver-rules", "MAP evil.test 127.0.0.1, MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(actx)
-	// A bound for the whole browser session: a hung page fails the test.
-	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
-	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
+	ctx := launchChromium(t, opts)
 	b := &consoleBrowser{ctx: ctx, shotsSeen: map[string]bool{}}
 	b.shotDirs = []string{filepath.Join("..", ".hooklane", "console-screenshots")}
 	if os.Getenv("HOOKLANE_SCREENSHOTS") == "1" {
 		b.shotDirs = append(b.shotDirs, filepath.Join("console", "screenshots"))
-	}
-	if err := chromedp.Do(ctx); err != nil { // starts the browser and its tab
-		t.Fatal(err)
 	}
 	// Every request pauses in the Fetch domain until continued; a 401's
 	// challenge comes as AuthRequired, the prompt a person would see.
@@ -108,6 +100,38 @@ func newConsoleBrowser(t *testing.T) *consoleBrowser {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// launchChromium starts the browser and its tab, bounded by two minutes for
+// the whole session (a hung page fails the test). A browser that does not
+// come up is started once more: Chromium has exited at start on a CI machine
+// ("Zygote could not fork: process_type gpu-process … child_pid -1") before
+// the test had sent it anything, which says nothing of the console.
+func launchChromium(t *testing.T, opts []chromedp.ExecAllocatorOption) context.Context {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		profile := chromedp.UserDataDir(t.TempDir()) // fresh each time
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(opts, profile)...)
+		ctx, cancelCtx := chromedp.NewContext(actx)
+		ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
+		stop := func() { cancelTimeout(); cancelCtx(); cancelAlloc() }
+		err := chromedp.Do(ctx)
+		if err == nil {
+			t.Cleanup(stop)
+			return ctx
+		}
+		stop()
+		if attempt == 2 || !chromiumDidNotStart(err.Error()) {
+			t.Fatal(err)
+		}
+		t.Logf("Chromium did not start, starting it once more: %v", err)
+	}
+}
+
+// chromiumDidNotStart tells a browser that never came up (chromedp's two
+// launch errors) from any other failure.
+func chromiumDidNotStart(msg string) bool {
+	return strings.HasPrefix(msg, "chrome failed to start") || strings.HasPrefix(msg, "websocket url timeout reached")
 }
 
 // open loads url and returns the document's HTTP status.
