@@ -100,11 +100,17 @@ func TestMetricsBoundedWithManySubscribers(t *testing.T) {
 
 	const want = 15 // 3 events × 5 live subscribers
 	var fams map[string]*dto.MetricFamily
-	testkit.Eventually(t, 30*time.Second, "15 deliveries in the aggregate series and slow cooling down", func() bool {
+	// The namespace totals are flushed once a second, each worker's
+	// counters as they stand: slow's cooldown (its record) can show before
+	// its 429 reaches the totals. Wait for both; the exact counts are
+	// checked below.
+	testkit.Eventually(t, 30*time.Second, "15 deliveries in the aggregate series, slow cooling down and its 429 counted", func() bool {
 		fams = scrape(t, b)
 		d, _, _ := value(fams, "hooklane_deliveries_total", map[string]string{"outcome": "delivered"})
 		c, _, _ := value(fams, "hooklane_subscribers_cooling", nil)
-		return d == want && c == 1
+		r, _, _ := value(fams, "hooklane_responses_total", map[string]string{"code": "429"})
+		th, _, _ := value(fams, "hooklane_throttled_total", nil)
+		return d == want && c == 1 && r >= 1 && th >= 1
 	})
 	if got := labelValues(fams, "subscriber"); len(got) != 2 || !got["m-a"] || !got["m-b"] {
 		t.Fatalf("series with a subscriber label for %v; want m-a and m-b only", got)
