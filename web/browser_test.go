@@ -18,8 +18,9 @@ import (
 // after the page has run for a virtual-time budget, and Chromium's net log
 // (every HTTP exchange it made). It uses a fresh profile, and resolves no
 // host name but 127.0.0.1, so asynqmon's web-font links and Chromium's own
-// background services send nothing off this machine. --in-process-gpu:
-// no GPU process to fork (its fork failed once on a CI machine).
+// background services send nothing off this machine. --in-process-gpu and
+// --no-zygote: no GPU process and no zygote forking (the zygote's fork of
+// the GPU process failed once on a CI machine).
 func chromium(t *testing.T, pageURL string) (dom, netlog string) {
 	t.Helper()
 	bin := "/usr/bin/chromium"
@@ -35,7 +36,7 @@ func chromium(t *testing.T, pageURL string) (dom, netlog string) {
 	for attempt := 1; ; attempt++ {
 		dir := t.TempDir()
 		logFile = filepath.Join(dir, "netlog.json")
-		cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--in-process-gpu", "--disable-quic",
+		cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--in-process-gpu", "--no-zygote", "--disable-quic",
 			"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
 			"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 			"--user-data-dir="+filepath.Join(dir, "profile"), "--log-net-log="+logFile,

@@ -52,7 +52,7 @@ func newConsoleBrowser(t *testing.T) *consoleBrowser {
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.WindowSize(1280, 900),
-		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true), chromedp.Flag("in-process-gpu", true),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true), chromedp.Flag("in-process-gpu", true), chromedp.Flag("no-zygote", true),
 		chromedp.Flag("host-resolver-rules", "MAP evil.test 127.0.0.1, MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"))
 	ctx := launchChromium(t, opts)
 	b := &consoleBrowser{ctx: ctx, shotsSeen: map[string]bool{}}
@@ -107,7 +107,8 @@ func newConsoleBrowser(t *testing.T) *consoleBrowser {
 // come up is started once more: Chromium has exited at start on a CI machine
 // ("Zygote could not fork: process_type gpu-process … child_pid -1") before
 // the test had sent it anything, which says nothing of the console. Since
-// then it runs with --in-process-gpu: no GPU process is forked at all.
+// then it runs with --in-process-gpu and --no-zygote: no GPU process, and
+// no zygote to fork the renderers (the browser starts them itself).
 func launchChromium(t *testing.T, opts []chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
