@@ -334,19 +334,18 @@ func failuresAfter(log string, from, to time.Time) int {
 	return n
 }
 
-// TestKilledProbeLeavesTheBreakerRecoverable: the breaker is open and its
+// killedProbeLeavesTheBreakerRecoverable: the breaker is open and its
 // probe hangs at the endpoint when the worker sending it is killed (kill
 // -9), before the probe's request timeout. The probe role the dead process
 // held (b_probe) lasts its in-flight slot's ttl, RequestTimeout + MaxWait +
 // 5s = 8s here: until then no other request may go out, and soon after,
 // a second worker process (the endpoint healthy again) probes, closes the
 // breaker and delivers the held events. The killed probe's own event comes
-// back with asynq's lease recovery (about a minute, as TestKill9 measures
+// back with asynq's lease recovery (about a minute, as TestCrashesAndFailovers/Kill9 measures
 // with HOOKLANE_TEST_REAL_RECOVERY; here the lease is moved back and a
 // third worker's recoverer, which looks at start, gives it back). Nothing
 // is dead-lettered.
-func TestKilledProbeLeavesTheBreakerRecoverable(t *testing.T) {
-	// Not parallel: it kills a process at a chosen moment.
+func killedProbeLeavesTheBreakerRecoverable(t *testing.T) {
 	const n = 30
 	const requestTimeout, maxWait = 2 * time.Second, time.Second // the default MaxWait
 	const ttl = requestTimeout + maxWait + 5*time.Second

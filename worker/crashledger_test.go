@@ -1,7 +1,7 @@
 package worker_test
 
 // Kill -9 and SIGTERM scenarios around the last attempt and the dead
-// letter (TestKill9 runs the kills).
+// letter (kill9 runs the kills).
 
 import (
 	"context"
@@ -122,8 +122,7 @@ func crashBeforeArchive(t *testing.T) {
 // timeout: asynq puts the task back; the next worker delivers it; no dead
 // letter is listed, the record says the first request was interrupted,
 // and a replay sends nothing.
-func TestShutdownOnTheLastAttemptIsNotAnAttempt(t *testing.T) {
-	// Not parallel: real processes run alone.
+func shutdownOnTheLastAttemptIsNotAnAttempt(t *testing.T) {
 	var requests atomic.Int64
 	rc := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, _ string) bool {
 		if requests.Add(1) == 1 {

