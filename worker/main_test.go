@@ -26,6 +26,9 @@ var redisSrv *deploy.Redis
 
 func TestMain(m *testing.M) {
 	testkit.Main(m, &redisSrv, func() {
+		if cluster.c != nil {
+			cluster.c.Stop()
+		}
 		if binDir != "" {
 			os.RemoveAll(binDir)
 		}

@@ -26,17 +26,13 @@ import (
 func TestLimitsHoldAcrossWorkerProcesses(t *testing.T) {
 	testkit.Heavy(t, "a Redis Cluster and worker processes")
 	// Not parallel: a timing check, run alone.
-	cluster, err := deploy.StartCluster(context.Background(), deploy.ClusterOpts{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Stop)
+	cluster := sharedCluster(t)
 	topologies := []struct {
 		name  string
 		cfg   deploy.RedisConfig
 		procs []int
 	}{
-		// One process is TestRateLimitHolds' case: across processes, 4.
+		// One process is TestLimitWindows/RateLimitHolds' case: across processes, 4.
 		{"one-redis", deploy.RedisConfig{URL: redisURL()}, []int{4}},
 		{"cluster", deploy.RedisConfig{ClusterAddrs: cluster.Addrs}, []int{4}},
 	}

@@ -46,8 +46,7 @@ func TestRaisedLimitAppliesToQueuedEvents(t *testing.T) {
 // once, then 5/s; a second later the limit becomes 6/s, burst 10. Every
 // window of arrivals stays within 10 + 6/s·t; one that restarted the
 // limiter would send 10 more at once (25 in the first second).
-func TestLimitChangeKeepsTheSpentBurst(t *testing.T) {
-	// Not parallel: a window check.
+func limitChangeKeepsTheSpentBurst(t *testing.T) {
 	b := setup(t, worker.Config{})
 	s := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: 5, Burst: 10, Period: time.Second}})

@@ -27,10 +27,8 @@ import (
 // without it (the control) the publishes made while the link was down
 // were acknowledged and are lost, so the scenario does lose what the
 // option keeps.
-func TestSentinelWaitReplicas(t *testing.T) {
-	testkit.Heavy(t, "Sentinel sets")
-	// Not parallel with the package's other tests: heavy, with servers of
-	// its own; its two runs side by side.
+func sentinelWaitReplicas(t *testing.T) {
+	// Its two runs side by side.
 	t.Run("wait-1", func(t *testing.T) { t.Parallel(); waitReplicasFailover(t, 1) })
 	t.Run("no-wait", func(t *testing.T) { t.Parallel(); waitReplicasFailover(t, 0) })
 }
