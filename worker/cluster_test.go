@@ -35,6 +35,7 @@ type clusterSuite struct {
 	c          *deploy.Cluster
 	cfg        deploy.RedisConfig
 	rdb        redis.UniversalClient
+	prefix     string // its namespaces' ("cl-", then "cl2-", ... when run again: -count)
 	namespaces []string
 	dedupNS    string // the dedup case's, with subscribers on every master
 }
@@ -51,6 +52,8 @@ var cluster struct {
 	err  error
 }
 
+var clusterSuiteRuns atomic.Int64
+
 func sharedCluster(t *testing.T) *deploy.Cluster {
 	t.Helper()
 	cluster.once.Do(func() { cluster.c, cluster.err = deploy.StartCluster(context.Background(), deploy.ClusterOpts{}) })
@@ -64,7 +67,11 @@ func TestClusterDeliverySuite(t *testing.T) {
 	testkit.Heavy(t, "a Redis Cluster")
 	// Not parallel: the limit case measures arrival times.
 	c := sharedCluster(t)
-	s := &clusterSuite{c: c, cfg: deploy.RedisConfig{ClusterAddrs: c.Addrs}}
+	s := &clusterSuite{c: c, cfg: deploy.RedisConfig{ClusterAddrs: c.Addrs}, prefix: "cl-"}
+	// The Cluster outlives a run (-count): a run again keeps to new namespaces.
+	if n := clusterSuiteRuns.Add(1); n > 1 {
+		s.prefix = fmt.Sprintf("cl%d-", n)
+	}
 	var err error
 	if s.rdb, err = s.cfg.NewClient(deploy.ClientTuning{PoolSize: 64}); err != nil {
 		t.Fatal(err)
@@ -85,7 +92,7 @@ func TestClusterDeliverySuite(t *testing.T) {
 // on starts a worker with cfg in a new namespace of the cluster.
 func (s *clusterSuite) on(t *testing.T, cfg worker.Config) *bundle {
 	t.Helper()
-	ns := "cl-" + strings.ReplaceAll(strings.TrimPrefix(t.Name(), "TestClusterDeliverySuite/"), "/", "-")
+	ns := s.prefix + strings.ReplaceAll(strings.TrimPrefix(t.Name(), "TestClusterDeliverySuite/"), "/", "-")
 	s.namespaces = append(s.namespaces, ns)
 	return setupOn(t, s.rdb, ns, cfg)
 }

@@ -43,15 +43,23 @@ func crashOnLastAttempt(t *testing.T) {
 	w.kill()
 	expireLeases(t, b.rdb, b.ns, "s")
 	startProc(t, redisURL(), b.ns)
+	// The ledger entry is committed before the handler answers asynq, and
+	// asynq archives the task after: wait for both.
 	var dl []tasks.DeadLetter
+	var info *asynq.TaskInfo
 	ok := testkit.PollEvery(30*time.Second, 100*time.Millisecond, func() bool {
 		var err error
-		dl, _, err = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{Subscriber: "s"})
-		return err == nil && len(dl) == 1
+		if dl, _, err = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{Subscriber: "s"}); err != nil || len(dl) != 1 {
+			return false
+		}
+		info, err = testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e000"))
+		return err == nil && info.State == asynq.TaskStateArchived
 	})
-	info, err := testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e000"))
-	if err != nil {
-		t.Fatalf("the task: %v", err)
+	if info == nil {
+		var err error
+		if info, err = testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e000")); err != nil {
+			t.Fatalf("the task: %v (ledger %+v)", err, dl)
+		}
 	}
 	if !ok || info.State != asynq.TaskStateArchived {
 		t.Fatalf("after the lost last attempt: ledger %+v, task %s (%s); want a dead letter in the ledger and the task archived",
