@@ -47,19 +47,15 @@ func crashOnLastAttempt(t *testing.T) {
 	// asynq archives the task after: wait for both.
 	var dl []tasks.DeadLetter
 	var info *asynq.TaskInfo
+	var taskErr error
 	ok := testkit.PollEvery(30*time.Second, 100*time.Millisecond, func() bool {
 		var err error
-		if dl, _, err = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{Subscriber: "s"}); err != nil || len(dl) != 1 {
-			return false
-		}
-		info, err = testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e000"))
-		return err == nil && info.State == asynq.TaskStateArchived
+		dl, _, err = b.p.DeadLetters(context.Background(), producer.DeadLetterQuery{Subscriber: "s"})
+		info, taskErr = testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e000"))
+		return err == nil && len(dl) == 1 && taskErr == nil && info.State == asynq.TaskStateArchived
 	})
-	if info == nil {
-		var err error
-		if info, err = testkit.Task(b.insp, b.ns, tasks.TaskID("s", "e000")); err != nil {
-			t.Fatalf("the task: %v (ledger %+v)", err, dl)
-		}
+	if taskErr != nil {
+		t.Fatalf("the task: %v (ledger %+v)", taskErr, dl)
 	}
 	if !ok || info.State != asynq.TaskStateArchived {
 		t.Fatalf("after the lost last attempt: ledger %+v, task %s (%s); want a dead letter in the ledger and the task archived",

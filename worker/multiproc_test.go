@@ -26,7 +26,7 @@ import (
 func TestLimitsHoldAcrossWorkerProcesses(t *testing.T) {
 	testkit.Heavy(t, "a Redis Cluster and worker processes")
 	// Not parallel: a timing check, run alone.
-	cluster := sharedCluster(t)
+	c := sharedCluster(t)
 	topologies := []struct {
 		name  string
 		cfg   deploy.RedisConfig
@@ -34,7 +34,7 @@ func TestLimitsHoldAcrossWorkerProcesses(t *testing.T) {
 	}{
 		// One process is TestLimitWindows/RateLimitHolds' case: across processes, 4.
 		{"one-redis", deploy.RedisConfig{URL: redisURL()}, []int{4}},
-		{"cluster", deploy.RedisConfig{ClusterAddrs: cluster.Addrs}, []int{4}},
+		{"cluster", deploy.RedisConfig{ClusterAddrs: c.Addrs}, []int{4}},
 	}
 	for _, top := range topologies {
 		for _, n := range top.procs {
