@@ -10,21 +10,22 @@ import (
 )
 
 // AutoPipeline returns a client on the same Redis as c (same options, a
-// pool of its own) whose commands share round trips: while one batch is on
-// its way to Redis, the commands and pipelines that concurrent goroutines
-// send wait, and go together in the next. A lone command goes at once, so
-// an idle process pays no delay; a busy one pays one round trip per batch
-// instead of one per command (each round trip is a write and a read on
-// both ends, most of a small command's cost). Each command keeps its own
-// reply and error; a batch whose round trip fails fails each of its
-// commands, as their own round trips would have.
+// pool of its own) whose commands share round trips: while two batches are
+// on their way to Redis, the commands and pipelines that concurrent
+// goroutines send wait, and go together in the next. A lone command goes
+// at once, so an idle process pays no delay; a busy one pays one round
+// trip per batch instead of one per command (each round trip is a write
+// and a read on both ends, most of a small command's cost), and Redis runs
+// one batch while the process reads the other's replies. Each command
+// keeps its own reply and error; a batch whose round trip fails fails
+// each of its commands, as their own round trips would have.
 //
-// No goroutine of its own: the caller that finds no batch on its way sends
-// one, and when it is back hands the lead to the first that queued
-// meanwhile. MULTI/EXEC pipelines go alone. The client must not be used for
-// WATCH: a command in a transaction's callback would be sent on another
-// connection. hooklane gives it to asynq (its Lua scripts: dequeue, done,
-// enqueue) and to the delivery gates, which use neither.
+// No goroutine of its own: a caller that finds fewer than two batches on
+// their way sends one, and when it is back hands the lead to the first
+// that queued meanwhile. MULTI/EXEC pipelines go alone. The client must
+// not be used for WATCH: a command in a transaction's callback would be
+// sent on another connection. hooklane gives it to asynq (its Lua scripts:
+// dequeue, done, enqueue) and to the delivery gates, which use neither.
 func AutoPipeline(c redis.UniversalClient) (redis.UniversalClient, error) {
 	var out redis.UniversalClient
 	switch c := c.(type) {
@@ -90,11 +91,17 @@ func timeout(d time.Duration) time.Duration {
 
 type sendingKey struct{}
 
+// inFlight is how many batches may be on their way at once: while Redis
+// runs one, the process reads the last one's replies and gathers the
+// next, and Redis is not left idle between them.
+const inFlight = 2
+
 // autoPipe is AutoPipeline's hook.
 type autoPipe struct {
 	rdb   redis.UniversalClient
 	mu    sync.Mutex
-	busy  bool // a batch is on its way
+	busy  int  // batches on their way (at most inFlight)
+	led   bool // a waiting caller was handed the lead and has not taken the queue yet
 	queue []*batched
 }
 
@@ -125,35 +132,50 @@ func (a *autoPipe) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
-// join sends cmds in a batch and returns the first one's error.
+// join sends cmds in a batch and returns the first one's error. Up to
+// inFlight batches are on their way at once; a caller that finds them all
+// out waits in the queue until its commands went with another's batch, or
+// until a sender coming back hands it the lead (led: one caller at a time
+// holds a handed lead, and takes the whole queue).
 func (a *autoPipe) join(ctx context.Context, cmds []redis.Cmder) error {
 	b := &batched{cmds: cmds, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	a.mu.Lock()
 	a.queue = append(a.queue, b)
-	if a.busy {
+	if a.busy >= inFlight {
 		a.mu.Unlock()
 		select {
-		case <-b.done:
-			return firstErr(cmds)
 		case <-b.lead:
+		case <-b.done:
+			// Sent in another sender's batch; a lead handed before that
+			// sender took the queue must still be taken up.
+			select {
+			case <-b.lead:
+			default:
+				return firstErr(cmds)
+			}
 		}
 		a.mu.Lock()
+		a.led = false
+	} else {
+		a.busy++
 	}
-	a.busy = true
 	batch := a.queue
 	a.queue = nil
 	a.mu.Unlock()
 
-	a.send(ctx, batch)
+	if len(batch) > 0 {
+		a.send(ctx, batch)
+	}
 
 	a.mu.Lock()
-	if len(a.queue) > 0 {
+	if len(a.queue) > 0 && !a.led {
+		a.led = true
 		a.queue[0].lead <- struct{}{}
 	} else {
-		a.busy = false
+		a.busy--
 	}
 	a.mu.Unlock()
-	<-b.done // b was in batch
+	<-b.done // b was in this batch or another's
 	return firstErr(cmds)
 }
 
