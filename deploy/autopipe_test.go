@@ -160,3 +160,43 @@ func TestAutoPipelineOfAClientInUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Two batches may be on their way at once: while one waits in Redis (here
+// a BLPOP that blocks its connection until the test pushes), a command
+// sent meanwhile goes in a second batch and is answered, instead of
+// waiting for the first batch to come back.
+func TestAutoPipelineSendsASecondBatchWhileOneIsOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	plain := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { plain.Close() })
+	ap, err := deploy.AutoPipeline(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ap.Close() })
+	list, key := testkit.Namespace("ap")+":list", testkit.Namespace("ap")+":key"
+	if err := plain.Set(ctx, key, "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	popped := make(chan error, 1)
+	go func() { popped <- ap.BLPop(ctx, 2*time.Second, list).Err() }()
+	testkit.Eventually(t, 2*time.Second, "the BLPOP to block in Redis", func() bool {
+		return testkit.InfoInt(t, plain, "clients", "blocked_clients") > 0
+	})
+	got := make(chan string, 1)
+	go func() { v, _ := ap.Get(ctx, key).Result(); got <- v }()
+	answered := testkit.Poll(time.Second, func() bool { return len(got) > 0 })
+	if err := plain.RPush(ctx, list, "x").Err(); err != nil { // unblocks the first batch
+		t.Fatal(err)
+	}
+	if err := <-popped; err != nil {
+		t.Fatalf("BLPOP: %v", err)
+	}
+	if !answered {
+		t.Fatalf("a GET sent while a blocked batch was out waited for it to come back; want it sent in a second batch")
+	}
+	if v := <-got; v != "v" {
+		t.Fatalf("GET %q, want %q", v, "v")
+	}
+}
