@@ -29,13 +29,7 @@ func TestAutoPipelineSharesRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Stop)
-	plain := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { plain.Close() })
-	ap, err := deploy.AutoPipeline(plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ap.Close() })
+	plain, ap := autoPipelined(t, r.Addr)
 	if err := ap.Set(ctx, "text", "not a number", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -168,13 +162,7 @@ func TestAutoPipelineOfAClientInUse(t *testing.T) {
 func TestAutoPipelineSendsASecondBatchWhileOneIsOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	plain := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	t.Cleanup(func() { plain.Close() })
-	ap, err := deploy.AutoPipeline(plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ap.Close() })
+	plain, ap := autoPipelined(t, redisSrv.Addr)
 	list, key := testkit.Namespace("ap")+":list", testkit.Namespace("ap")+":key"
 	if err := plain.Set(ctx, key, "v", time.Minute).Err(); err != nil {
 		t.Fatal(err)
@@ -199,4 +187,18 @@ func TestAutoPipelineSendsASecondBatchWhileOneIsOut(t *testing.T) {
 	if v := <-got; v != "v" {
 		t.Fatalf("GET %q, want %q", v, "v")
 	}
+}
+
+// autoPipelined is a plain client of the Redis at addr and an
+// auto-pipelined one made from it, closed when the test ends.
+func autoPipelined(t *testing.T, addr string) (*redis.Client, redis.UniversalClient) {
+	t.Helper()
+	plain := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { plain.Close() })
+	ap, err := deploy.AutoPipeline(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ap.Close() })
+	return plain, ap
 }
