@@ -469,15 +469,18 @@ func killedProbeLeavesTheBreakerRecoverable(t *testing.T) {
 // down (it holds each request 300ms, then resets it) with 500 events
 // queued and its breaker open. The healthy events' latency (publish to
 // arrival) must not suffer: p99 with the backlog at most 1.2 × p99 without
-// it, plus one poll interval.
+// it, plus 200ms.
 //
-// The slack: a task published just after the worker's fetcher found the
-// queues empty waits up to HOOKLANE_POLL_INTERVAL (50ms) to be dequeued,
-// so the tail of either run sits on that step and moves across it by
-// chance; a 20% bound on a p99 of a few tens of ms alone would measure
-// that, not a slowdown. What an open breaker must not cost is concurrency
-// or Redis time spent on its held events, which would show as hundreds of
-// ms.
+// The slack: each p99 is one run's fifth-worst of 500 on a 2-core machine
+// under -race, and the same run without a backlog gave 85, 176 and 238ms
+// in three runs in a row (-count=5, 2026-12-03), where one run's 85ms
+// against the next run's 229ms with the backlog failed a slack of 50ms.
+// What an open breaker must not cost is concurrency or Redis time spent on
+// its held events: handed out again to be looked at (the dispatcher's turn
+// made to hand out the held events every 2s instead of one probe, tried
+// on 2026-12-03), they never leave the queues and the test fails waiting
+// for the backlog to be held; a cost that lets them settle but slows the
+// healthy events' dequeue (turns reading the whole backlog) shows here.
 func TestOpenBreakerDoesNotSlowOtherDestinations(t *testing.T) {
 	// Not parallel: a latency measurement.
 	without := healthyLatency(t, false)
@@ -485,7 +488,7 @@ func TestOpenBreakerDoesNotSlowOtherDestinations(t *testing.T) {
 	pw, pb := quantile(with, 0.99), quantile(without, 0.99)
 	t.Logf("healthy subscribers' latency, %d events: without the down backlog p50 %s p99 %s max %s; with it p50 %s p99 %s max %s",
 		len(with), quantile(without, 0.5), pb, quantile(without, 1), quantile(with, 0.5), pw, quantile(with, 1))
-	const slack = 50 * time.Millisecond // crashEnv's HOOKLANE_POLL_INTERVAL
+	const slack = 200 * time.Millisecond
 	if limit := time.Duration(1.2*float64(pb)) + slack; pw > limit {
 		t.Errorf("p99 %s beside an open breaker's backlog, %s without it; want at most %s (1.2× + %s)", pw, pb, limit, slack)
 	}

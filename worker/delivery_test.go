@@ -69,9 +69,15 @@ func TestPublishTwiceDeliversOnce(t *testing.T) {
 	}
 }
 
-// rateLimitHolds: 200 events to a subscriber limited to 40/s, burst 5:
-// no window holds more than burst + rate·t.
-func rateLimitHolds(t *testing.T) {
+// TestRateLimitHolds: 200 events to a subscriber limited to 40/s, burst
+// 5: no window holds more than burst + rate·t.
+//
+// Not parallel, and not in TestLimitWindows: beside the other two window
+// tests' start-up its burst's second request once arrived more than 50ms
+// late ("20 arrivals in 372.978185ms (from #1), the limit allows 19.9",
+// one run of five, -count=5 on 2026-12-03), which shortens every window
+// that starts there; alone it held in every run before.
+func TestRateLimitHolds(t *testing.T) {
 	runtime.GC() // start from a small heap, not the garbage of the heavy test before
 	const n, rate, burst = 200, 40, 5
 	b := setup(t, worker.Config{})

@@ -32,7 +32,7 @@ func TestLimitsHoldAcrossWorkerProcesses(t *testing.T) {
 		cfg   deploy.RedisConfig
 		procs []int
 	}{
-		// One process is TestLimitWindows/RateLimitHolds' case: across processes, 4.
+		// One process is TestRateLimitHolds' case: across processes, 4.
 		{"one-redis", deploy.RedisConfig{URL: redisURL()}, []int{4}},
 		{"cluster", deploy.RedisConfig{ClusterAddrs: c.Addrs}, []int{4}},
 	}
