@@ -251,14 +251,17 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 				notify = append(notify, i)
 			case limits.WhereFresh, limits.WhereBacklog:
 				// A duplicate whose task is missing (the publish before
-				// failed between its booking and its task) is this call's.
-				// A resend or replay waits a moment for the run of its dead
-				// or delivered task to let go of it (committed before asynq
-				// archives or deletes it), so that it is not left to the
-				// hand-out's 2-minute lease.
+				// failed between its booking and its task) is this call's,
+				// unless the delivery ended since the booking: its task
+				// was done and deleted meanwhile, and the copy enqueued
+				// finds the delivery ended and drops it. A resend or replay
+				// waits a moment for the run of its dead or delivered task
+				// to let go of it (committed before asynq archives or
+				// deletes it), so that it is not left to the hand-out's
+				// 2-minute lease.
 				if enqueued, err := p.HandOut(ctx, s, ev.ID, b.Where, shards, resend); err != nil {
 					t.Outcome, t.Err = Failed, err
-				} else if enqueued && t.Outcome == Duplicate {
+				} else if enqueued && t.Outcome == Duplicate && !p.ended(ctx, s.ID, ev.ID) {
 					t.Outcome = Enqueued
 				}
 			}
@@ -288,6 +291,15 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 		errs = append(errs, err)
 	}
 	return res, errors.Join(errs...)
+}
+
+// ended reports whether subscriber sub's delivery of event id has ended
+// (delivered or dead). The worker commits the end before asynq lets the
+// task go, so a task found gone beside an ended record was that
+// delivery's. A failed read says no.
+func (p *Producer) ended(ctx context.Context, sub, id string) bool {
+	st, err := p.rdb.HGet(ctx, p.keys.Delivery(sub, id), "s").Result()
+	return err == nil && (st == tasks.StateDelivered || st == tasks.StateDead)
 }
 
 // horizon is subscriber s's retry horizon.

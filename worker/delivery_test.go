@@ -22,6 +22,48 @@ import (
 	"github.com/hooklane/hooklane/worker"
 )
 
+// TestPublishAgainDuringTheDeliveryIsADuplicate: an event published
+// again while its first publish's deliveries run and end is reported a
+// duplicate for every subscriber, however each delivery's end falls
+// between the second publish's booking and its look for the task. 40
+// subscribers, so that the later ones' deliveries end while the second
+// publish still works through the earlier ones.
+func TestPublishAgainDuringTheDeliveryIsADuplicate(t *testing.T) {
+	t.Parallel()
+	const subs, events = 40, 5
+	b := setup(t, worker.Config{})
+	var sinks []*testkit.Sink
+	for i := range subs {
+		s := testkit.NewSink(t, nil)
+		sinks = append(sinks, s)
+		b.put(t, tasks.Subscriber{ID: fmt.Sprintf("s%02d", i), URL: s.URL})
+	}
+	for e := range events {
+		id := fmt.Sprintf("evt_%d", e)
+		for i, want := range []producer.Outcome{producer.Enqueued, producer.Duplicate} {
+			for _, tg := range b.publish(t, id, "t").Targets {
+				if tg.Outcome != want {
+					t.Errorf("%s, publish %d: %s is %s, want %s", id, i+1, tg.SubscriberID, tg.Outcome, want)
+				}
+			}
+		}
+	}
+	testkit.Eventually(t, 20*time.Second, "every delivery made", func() bool {
+		for _, s := range sinks {
+			if s.Count() < events {
+				return false
+			}
+		}
+		return true
+	})
+	testkit.Eventually(t, 10*time.Second, "queue settled", func() bool { return b.settled(t) })
+	for i, s := range sinks {
+		if n := s.Count(); n != events {
+			t.Errorf("s%02d received %d requests, want %d", i, n, events)
+		}
+	}
+}
+
 func TestPublishTwiceDeliversOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
