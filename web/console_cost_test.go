@@ -47,7 +47,7 @@ func publishMany(t *testing.T, p *producer.Producer, prefix, typ string, from, t
 }
 
 // A console page runs the same Redis commands, as MONITOR shows them, with
-// 10 subscribers or 1,010, 10 deliveries or 10,010, an event fanned out to
+// 10 subscribers or 1,010, 10 deliveries or 2,010, an event fanned out to
 // 10 or to 1,010: what it reads is one page, and the pages here are 10
 // long (?limit=10, and the chart's ?chart=10), so both sides fill them.
 func TestConsolePageCost(t *testing.T) {
@@ -112,12 +112,12 @@ func TestConsolePageCost(t *testing.T) {
 		few[i] = commands(pg.few)
 	}
 
-	putMany(t, p, "fan", "fan", 1009)          // 1,000 more: 1,010 subscribers
-	publishMany(t, p, "hot", "hot", 9, 10_008) // and the two fan-outs: 10,010 deliveries to fan-hot
+	putMany(t, p, "fan", "fan", 1009)         // 1,000 more: 1,010 subscribers
+	publishMany(t, p, "hot", "hot", 9, 2_008) // and the two fan-outs: 2,010 deliveries to fan-hot
 	if _, err := p.Publish(ctx, tasks.Event{ID: "fan-many", Type: "fan", Data: []byte(`1`)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("seeded 1,010 subscribers, 10,010 deliveries and a fan-out to 1,010 in %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("seeded 1,010 subscribers, 2,010 deliveries and a fan-out to 1,010 in %s", time.Since(start).Round(time.Millisecond))
 	if subs, _, err := p.Subscribers(ctx, "", 2000); err != nil || len(subs) != 1010 {
 		t.Fatalf("%d subscribers, %v; want 1,010", len(subs), err)
 	}
@@ -131,7 +131,7 @@ func TestConsolePageCost(t *testing.T) {
 		}
 		many := commands(path)
 		if !slices.Equal(few[i], many) {
-			t.Errorf("%s: %d commands with 10 and %d with 1,010 subscribers / 10,010 deliveries / a fan-out to 1,010\nfew:  %q\nmany: %q",
+			t.Errorf("%s: %d commands with 10 and %d with 1,010 subscribers / 2,010 deliveries / a fan-out to 1,010\nfew:  %q\nmany: %q",
 				pg.name, len(few[i]), len(many), few[i], many)
 			continue
 		}
