@@ -66,12 +66,13 @@ func ParseCooldown(v string) time.Time {
 // KEYS[1]: cooldown. ARGV[1]: delay ms from Redis' now (-1: use ARGV[2]),
 // ARGV[2]: an absolute deadline, Unix ms (an HTTP-date), ARGV[3]: cap ms.
 // Reply: {until Unix ms, ms from now until then}: the cooldown in force.
-// The deadline is set on Redis' clock, after the answer was received, so
-// it is never earlier than the endpoint asked; the later of the stored and
-// the new deadline is kept, so a short Retry-After never cuts a longer one.
+// The deadline is set on Redis' clock, after the answer was received, its
+// milliseconds rounded up, so it is never earlier than the endpoint asked;
+// the later of the stored and the new deadline is kept, so a short
+// Retry-After never cuts a longer one.
 var cooldownScript = redis.NewScript(`
 local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = t[1] * 1000 + math.ceil(t[2] / 1000)
 local new
 if tonumber(ARGV[1]) >= 0 then new = now + tonumber(ARGV[1]) else new = math.max(tonumber(ARGV[2]), now) end
 new = math.min(new, now + tonumber(ARGV[3]))
