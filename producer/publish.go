@@ -298,8 +298,8 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 // task go, so a task found gone beside an ended record was that
 // delivery's. A failed read says no.
 func (p *Producer) ended(ctx context.Context, sub, id string) bool {
-	st, err := p.rdb.HGet(ctx, p.keys.Delivery(sub, id), "s").Result()
-	return err == nil && (st == tasks.StateDelivered || st == tasks.StateDead)
+	d, err := p.GetDelivery(ctx, sub, id)
+	return err == nil && (d.State == tasks.StateDelivered || d.State == tasks.StateDead)
 }
 
 // horizon is subscriber s's retry horizon.
