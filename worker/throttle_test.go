@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -84,45 +85,61 @@ func retryAfterInFlight(t *testing.T, lim limits.Limit) {
 	t.Logf("%d requests were in flight with the 429, %d waited for its deadline", overlap, after)
 }
 
-// obeysRetryAfterInFlight has subscriber id of b answer its first request
-// 429 with Retry-After: 2 while up to 3 others are in flight (each answer
-// takes 50ms), publishes 12 events, and fails if any request that left
-// after the 429 (50ms of grace) arrived before the deadline. It returns how
-// many arrived within the grace (overlap) and after the deadline.
+// obeysRetryAfterInFlight has subscriber id of b (at most 4 in flight)
+// answer its first request 429 with Retry-After: 2 and publishes 12
+// events. Every other request is held at the receiver until the cooldown
+// is in Redis, so the slots taken before it was written stay taken until
+// then: at most 3 requests can have passed their last look before the
+// cooldown existed, and only those may arrive before the deadline. It
+// fails if more do, or if the cooldown is not in Redis within 5s of the
+// answer, and returns how many arrived before the deadline besides the
+// 429 (overlap) and after it. No grace in time: a worker slowed by a
+// loaded machine cannot make it fail, one that ignores the cooldown does.
 func obeysRetryAfterInFlight(t *testing.T, b *bundle, id string, lim limits.Limit) (overlap, after int) {
 	t.Helper()
+	const maxInFlight = 4
 	var deadline, answered atomic.Pointer[time.Time]
+	var cooldownLate atomic.Bool
+	cooldown := tasks.Keys(b.ns).Gates(id).Cooldown
 	s := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
 		if n == 0 {
 			w.Header().Set("Retry-After", "2")
 			now := time.Now()
 			d := now.Add(2 * time.Second)
 			deadline.Store(&d)
-			w.WriteHeader(http.StatusTooManyRequests)
 			answered.Store(&now)
+			w.WriteHeader(http.StatusTooManyRequests)
 			return
 		}
-		time.Sleep(50 * time.Millisecond) // keep the others in flight
+		for give := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+			if n, _ := b.rdb.Exists(context.Background(), cooldown).Result(); n == 1 {
+				return
+			}
+			if time.Now().After(give) {
+				cooldownLate.Store(true)
+				return
+			}
+		}
 	})
-	b.put(t, tasks.Subscriber{ID: id, URL: s.URL, MaxInFlight: 4, Limit: lim})
+	b.put(t, tasks.Subscriber{ID: id, URL: s.URL, MaxInFlight: maxInFlight, Limit: lim})
 	const n = 12
 	for i := range n {
 		b.publish(t, fmt.Sprintf("e%02d", i), "t")
 	}
 	testkit.Eventually(t, 20*time.Second, "every event delivered", func() bool { return s.Count() == n+1 })
-	// 50ms of grace: a request the worker sent just before the 429 reached
-	// it can arrive just after the receiver answered.
-	cutoff := answered.Load().Add(50 * time.Millisecond)
-	for _, a := range s.Got()[1:] {
-		switch {
-		case a.At.Before(cutoff):
-			overlap++
-		case a.At.Before(*deadline.Load()):
-			t.Fatalf("%s arrived %v before the Retry-After deadline, %v after the 429", a.ID,
-				deadline.Load().Sub(a.At), a.At.Sub(*answered.Load()))
-		default:
-			after++
-		}
+	if cooldownLate.Load() {
+		t.Fatalf("the cooldown was not in Redis 5s after the 429")
 	}
-	return overlap, after
+	var early []string
+	for _, a := range s.Got()[1:] {
+		if a.At.Before(*deadline.Load()) {
+			early = append(early, fmt.Sprintf("%s %v after the 429", a.ID, a.At.Sub(*answered.Load()).Round(time.Millisecond)))
+			continue
+		}
+		after++
+	}
+	if len(early) > maxInFlight-1 {
+		t.Fatalf("%d requests arrived before the Retry-After deadline, at most %d were on their way: %v", len(early), maxInFlight-1, early)
+	}
+	return len(early), after
 }
