@@ -136,6 +136,10 @@ func (t *Throughput) summary(w io.Writer) {
 		fmt.Fprintf(w, "; ÷ the floor of %d Servers: %.2f", t.FloorServers, t.RatioMulti)
 	}
 	fmt.Fprintln(w)
+	if t.CPURatio > 0 {
+		fmt.Fprintf(w, "   CPU per delivery (Redis + server + receiver), median rounds: hooklane %.0f µs, floor %.0f µs: %.2f× the floor's\n",
+			t.Hooklane.CPU(), t.Floor.CPU(), t.CPURatio)
+	}
 }
 
 // summed marks a figure v summed over n processes (none when v is n/a).

@@ -56,6 +56,12 @@ type Throughput struct {
 	FloorMultiRounds []PathResult `json:"floor_multi_rounds,omitempty"`
 	RatioMulti       float64      `json:"ratio_multi,omitempty"`
 	Target           float64      `json:"target"`
+	// CPURatio is hooklane's CPU per delivery (Redis, the servers, the
+	// receiver: PathResult.CPU) ÷ the floor's, the median rounds: what the
+	// machine spends per delivery, steadier from run to run than the rates
+	// on a host whose speed moves. 0 when the servers' CPU is unknown
+	// (in-process).
+	CPURatio float64 `json:"cpu_ratio,omitempty"`
 }
 
 // PathResult is one path's delivery of one backlog.
@@ -71,6 +77,15 @@ type PathResult struct {
 	HarnessCPU float64 `json:"harness_cpu_usec_per_delivery"`
 	// Processes are the workers (or the floor) that drained the backlog.
 	Processes []ProcStats `json:"processes"`
+}
+
+// CPU is the path's CPU per delivery in microseconds, Redis' + the
+// servers' + the receiver's; 0 when the servers' is unknown (in-process).
+func (p PathResult) CPU() float64 {
+	if p.ServerCPU == 0 {
+		return 0
+	}
+	return p.Redis.CPUUsecPerDelivery + p.ServerCPU + p.HarnessCPU
 }
 
 // runThroughput queues a backlog before starting the server that drains
@@ -157,6 +172,9 @@ func (e *env) runThroughput(ctx context.Context, r *ScenarioReport) error {
 	r.DeliveriesPerSec = tp.Hooklane.PerSec
 	r.WallSeconds = end.Sub(start).Seconds()
 	tp.Ratio = ratio(tp.Hooklane.PerSec, tp.Floor.PerSec)
+	if tp.Hooklane.CPU() > 0 {
+		tp.CPURatio = ratio(tp.Hooklane.CPU(), tp.Floor.CPU())
+	}
 	if err := e.chart(r); err != nil {
 		r.Notes = append(r.Notes, "chart: "+err.Error())
 	}

@@ -89,6 +89,9 @@ func TestTwoWorkersOnTwoShards(t *testing.T) {
 	if len(r.Workers) != 2 {
 		t.Errorf("scenario workers %+v, want 2", r.Workers)
 	}
+	if tp.CPURatio != 0 {
+		t.Errorf("CPU ratio %.2f in-process, where the servers' CPU is unknown: want none", tp.CPURatio)
+	}
 }
 
 // On a Cluster the harness starts, the namespace gets the Cluster's
