@@ -44,12 +44,16 @@ func TestCooldownRecordedBeforeTheBodyIsRead(t *testing.T) {
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.PerSecond(1000), MaxInFlight: 4})
 	b.publish(t, "slow-429", "t")
 	<-headersSent
-	// Give the worker the round trip it takes to record the cooldown, but
-	// not the 1.5s the body takes: that is the point.
-	testkit.Poll(200*time.Millisecond, func() bool {
+	// The cooldown is in Redis while the body is still being read (1.5s of
+	// it): that is the point. Waiting for it (up to 1s), not for a fixed
+	// time, so that a slow machine cannot let the events below go out
+	// before it was written.
+	if !testkit.Poll(time.Second, func() bool {
 		n, _ := b.rdb.Exists(t.Context(), tasks.Keys(b.ns).Gates("s").Cooldown).Result()
 		return n == 1
-	})
+	}) {
+		t.Fatalf("no cooldown in Redis 1s after the 429's headers, while its body was still being read")
+	}
 	for i := range 10 {
 		b.publish(t, fmt.Sprintf("e%d", i), "t")
 	}
