@@ -88,6 +88,10 @@ func (p PathResult) CPU() float64 {
 	return p.Redis.CPUUsecPerDelivery + p.ServerCPU + p.HarnessCPU
 }
 
+// cpuRatio is CPURatio from the two median rounds (0: either's CPU
+// unknown).
+func (t *Throughput) cpuRatio() float64 { return ratio(t.Hooklane.CPU(), t.Floor.CPU()) }
+
 // runThroughput queues a backlog before starting the server that drains
 // it, so that publishing costs neither path anything, and lets the floor
 // and hooklane drain one each in turn.
@@ -172,9 +176,7 @@ func (e *env) runThroughput(ctx context.Context, r *ScenarioReport) error {
 	r.DeliveriesPerSec = tp.Hooklane.PerSec
 	r.WallSeconds = end.Sub(start).Seconds()
 	tp.Ratio = ratio(tp.Hooklane.PerSec, tp.Floor.PerSec)
-	if tp.Hooklane.CPU() > 0 {
-		tp.CPURatio = ratio(tp.Hooklane.CPU(), tp.Floor.CPU())
-	}
+	tp.CPURatio = tp.cpuRatio()
 	if err := e.chart(r); err != nil {
 		r.Notes = append(r.Notes, "chart: "+err.Error())
 	}

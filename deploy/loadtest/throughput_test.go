@@ -19,7 +19,10 @@ func TestCPURatioSumsEveryPartsCPU(t *testing.T) {
 	if got := path(300, 0, 100).CPU(); got != 0 {
 		t.Fatalf("CPU per delivery %.0f µs with the servers' unknown, want 0 (unknown)", got)
 	}
-	tp.CPURatio = ratio(tp.Hooklane.CPU(), tp.Floor.CPU())
+	if got := (&Throughput{Floor: path(100, 0, 100), Hooklane: path(300, 0, 100)}).cpuRatio(); got != 0 {
+		t.Fatalf("CPU ratio %.2f in-process, want none", got)
+	}
+	tp.CPURatio = tp.cpuRatio()
 	var b strings.Builder
 	tp.summary(&b)
 	if want := "hooklane 800 µs, floor 500 µs: 1.60× the floor's"; !strings.Contains(b.String(), want) {
