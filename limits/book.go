@@ -156,16 +156,22 @@ elseif nb <= now and redis.call('ZCOUNT', k.lot, '-inf', now) == 0 then
     end
   end
 end
+-- the lane a task is enqueued in, written with the record's state
+local lane = {}
+if where ~= 'lot' then lane = {'q', where} end
 if resend then
-  redis.call('HSET', k.rec, 's', state, 'u', due, 'x', x, 'm', ARGV[6], 'pt', ARGV[9], 'c', 0)
+  redis.call('HSET', k.rec, 's', state, 'u', due, 'x', x, 'm', ARGV[6], 'pt', ARGV[9], 'c', 0, unpack(lane))
   redis.call('HINCRBY', k.rec, 'r', 1)
   redis.call('HDEL', k.rec, 'dl', 'nx', 'tk', 'pr', 'ok', 'okr')
   if redis.call('PTTL', k.rec) < ttl then redis.call('PEXPIRE', k.rec, ttl) end
 else
-  redis.call('DEL', k.rec)
-  redis.call('HSET', k.rec, 'g', f.gen, 't', ARGV[2], 'p', now, 'u', due, 'x', x, 'm', ARGV[6], 's', state, 'pt', ARGV[9])
+  -- a record of another generation (a deleted subscriber's) goes whole;
+  -- every record has these fields (every script that writes one checks
+  -- its generation first), so none read: none there
+  if d[1] or d[2] or d[3] or d[4] or d[5] then redis.call('DEL', k.rec) end
+  redis.call('HSET', k.rec, 'g', f.gen, 't', ARGV[2], 'p', now, 'u', due, 'x', x, 'm', ARGV[6], 's', state, 'pt', ARGV[9], unpack(lane))
   redis.call('PEXPIRE', k.rec, ttl)
-  local keep = tonumber(redis.call('HGET', k.gate, 'lg') or '0')
+  local keep = tonumber(f.lg or '0')
   if ttl > keep then
     keep = ttl
     redis.call('HSET', k.gate, 'lg', keep)
@@ -175,11 +181,11 @@ else
 end
 if where == 'lot' then
   redis.call('ZADD', k.lot, due, ARGV[1])
-  lot_kind(k, ARGV[1])
+  -- a new record was never tried: only a resend's may have been
+  if resend then lot_kind(k, ARGV[1]) end
   redis.call('ZADD', k.exp, x, ARGV[1])
 else
   redis.call('ZADD', k.out, now + tonumber(ARGV[10]), ARGV[1])
-  redis.call('HSET', k.rec, 'q', where)
 end
 return {'new', f.gen, where, string.format('%d', due), paused}`)
 

@@ -104,6 +104,27 @@ func TestBookParksWhatIsHeld(t *testing.T) {
 	}
 }
 
+// A delivery booked into the lot counts as retrying (the retry set) only
+// when a request was made for it: a new one never was; a resend of one
+// that was tried was.
+func TestBookFilesOnlyATriedDeliveryAsRetrying(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.rdb.HSet(ctx, b.k.Record, "paused", "operator") // every booking parks
+	if bk := b.book(t, "new"); bk.Where != limits.WhereLot {
+		t.Fatalf("new, paused: %+v; want parked", bk)
+	}
+	b.rdb.HSet(ctx, b.k.Deliveries+"tried", "g", "g1", "s", "delivered", "n", 2) // delivered after two requests
+	if bk := b.book(t, "tried", func(bk *limits.Booking) { bk.Resend = true }); !bk.New || bk.Where != limits.WhereLot {
+		t.Fatalf("resend, paused: %+v; want parked", bk)
+	}
+	if in, _ := b.rdb.SIsMember(ctx, b.k.Retry, "new").Result(); in {
+		t.Fatal("a new delivery parked is filed as retrying")
+	}
+	if in, _ := b.rdb.SIsMember(ctx, b.k.Retry, "tried").Result(); !in {
+		t.Fatal("a resend of a delivery tried before, parked, is not filed as retrying")
+	}
+}
+
 // The record decides alone whether a booking is new: a re-publish in the
 // same generation is a duplicate that says where the delivery is, the same
 // call sent again is its own booking, another generation's record is

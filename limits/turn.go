@@ -43,9 +43,16 @@ local out = {-1, 0}
 local handed = 0
 local next = nil
 local function soon(at) at = tonumber(at); if at and (not next or at < next) then next = at end end
+-- the fresh lane's count, looked at once a turn and kept here as the
+-- turn adds to it
+local cap, nfresh = tonumber(ARGV[12]), nil
 local function lane()
-  local cap = tonumber(ARGV[12])
-  if cap == 0 or fresh_count(k, ARGV[1], now, freshttl) < cap then return 'fresh' end
+  if cap == 0 then return 'fresh' end
+  nfresh = nfresh or fresh_count(k, ARGV[1], now, freshttl)
+  if nfresh < cap then
+    nfresh = nfresh + 1
+    return 'fresh'
+  end
   return 'backlog'
 end
 -- due: handed out to be sent (not past its horizon, to be dead-lettered):

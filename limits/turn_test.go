@@ -57,6 +57,26 @@ func TestTurnHandsOutAtTheRate(t *testing.T) {
 	}
 }
 
+// A turn hands out to the fresh lane while fewer than FreshMax of the
+// subscriber's deliveries are there, those already there counted, and the
+// rest to the backlog lane.
+func TestTurnCapsTheFreshLane(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.pace.FreshMax = 4
+	b.parked(t, 10)
+	b.rdb.ZAdd(ctx, b.k.Fresh, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "elsewhere"})
+	lanes := map[string]int{}
+	for _, h := range b.turn(t).Handouts {
+		lanes[h.Lane]++
+	}
+	if lanes[limits.WhereFresh] != 3 || lanes[limits.WhereBacklog] != 7 {
+		t.Fatalf("handed out %v with one already in the fresh lane of 4; want 3 fresh, 7 backlog", lanes)
+	}
+	if n, _ := b.rdb.ZCard(ctx, b.k.Fresh).Result(); n != 4 {
+		t.Fatalf("%d in the fresh lane; want 4", n)
+	}
+}
+
 // A subscriber paced by its rate is handed out in chunks of a quarter of
 // the lead's slots, not one slot at a time: at 100/s with a 1s lead, a
 // turn once its window is full hands out nothing and comes back when 25
