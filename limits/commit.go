@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -365,15 +364,19 @@ func unixMilli(t time.Time) int64 {
 
 // commitCall is commitScript's keys and arguments for outcome o.
 func commitCall(k GateKeys, o Outcome) ([]string, []any) {
-	var fl strings.Builder
-	for c, on := range map[byte]bool{'e': o.EndpointFailure, 'a': o.Answered, 'p': o.Probe, 's': o.Streak, 't': o.Throttled, 'g': o.PauseGone} {
-		if on {
-			fl.WriteByte(c)
+	var fl []byte
+	for _, f := range [...]struct {
+		c  byte
+		on bool
+	}{{'e', o.EndpointFailure}, {'a', o.Answered}, {'p', o.Probe}, {'s', o.Streak}, {'t', o.Throttled}, {'g', o.PauseGone}} {
+		if f.on {
+			fl = append(fl, f.c)
 		}
 	}
-	var counters strings.Builder
+	counters := make([]byte, 0, 128)
 	for f, n := range o.Counters {
-		fmt.Fprintf(&counters, "%s %d ", f, n)
+		counters = strconv.AppendInt(append(append(counters, f...), ' '), n, 10)
+		counters = append(counters, ' ')
 	}
 	b := o.Breaker
 	if b.Failures == BreakerOff {
@@ -390,8 +393,8 @@ func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Lot, k.Out, k.Exp, k.Fresh, k.record(o.EventID), k.Stats,
 		k.Dead + o.EventID, k.DeadIndex, k.DeadBatch, k.DeadSample, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none"), k.Retry}
 	args := []any{o.EventID, o.Token, o.Kind, o.AttemptField, o.Attempt, o.LostField, o.Lost, o.Backoff.Milliseconds(), delivered,
-		fl.String(), b.Failures, b.ProbeGap.Milliseconds(), b.MaxProbeGap.Milliseconds(), max(b.DisableAfter, 0).Milliseconds(), errText,
+		string(fl), b.Failures, b.ProbeGap.Milliseconds(), b.MaxProbeGap.Milliseconds(), max(b.DisableAfter, 0).Milliseconds(), errText,
 		AdaptDecrease, adaptFloor, adaptIncreasePerMs, o.AdaptReason, o.Latency.Milliseconds(), o.Dedup.Milliseconds(),
-		counters.String(), o.DeadEntry, o.TaskID, o.DeadRetention.Milliseconds(), o.ReportSample, unixMilli(o.DeadAt)}
+		string(counters), o.DeadEntry, o.TaskID, o.DeadRetention.Milliseconds(), o.ReportSample, unixMilli(o.DeadAt)}
 	return keys, args
 }

@@ -219,6 +219,12 @@ func NewDeliverTask(sub, eventID string, opts ...asynq.Option) *asynq.Task {
 // wraps asynq.SkipRetry (it will not read better later: it goes to the
 // dead letters); one of a newer version wraps ErrNewerTask.
 func DecodeTask(b []byte) (d Delivery, legacy *LegacyDelivery, err error) {
+	// This release's tasks are read once; anything else (another version,
+	// or a payload this shape cannot read) is looked at by its version.
+	if err := json.Unmarshal(b, &d); err == nil && d.V == TaskVersion {
+		return d, nil, validDelivery(d)
+	}
+	d = Delivery{}
 	var head struct {
 		V int `json:"v"`
 	}
@@ -242,13 +248,20 @@ func DecodeTask(b []byte) (d Delivery, legacy *LegacyDelivery, err error) {
 		}
 		d, legacy = Delivery{V: head.V, SubscriberID: l.SubscriberID, EventID: l.Event.ID}, &l
 	}
-	// The checks ids were accepted under when the task was queued: a task
-	// of an id refused since is still delivered.
-	if err := ValidateStoredSubscriberID(d.SubscriberID); err != nil {
-		return d, nil, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
-	}
-	if err := validStoredEventID(d.EventID); err != nil {
-		return d, nil, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+	if err := validDelivery(d); err != nil {
+		return d, nil, err
 	}
 	return d, legacy, nil
+}
+
+// validDelivery checks a task's ids by the rules they were accepted under
+// when it was queued: a task of an id refused since is still delivered.
+func validDelivery(d Delivery) error {
+	if err := ValidateStoredSubscriberID(d.SubscriberID); err != nil {
+		return fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+	}
+	if err := validStoredEventID(d.EventID); err != nil {
+		return fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+	}
+	return nil
 }

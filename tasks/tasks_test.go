@@ -81,6 +81,7 @@ func TestDecodeTask(t *testing.T) {
 		{`{"subscriber_id":"a","event":{"id":"e","type":"t","data":1}}`, asynq.SkipRetry}, // layout 1
 		{`{"v":4,"subscriber_id":"a","event_id":"e"}`, tasks.ErrNewerTask},
 		{`{"v":99}`, tasks.ErrNewerTask},
+		{`{"v":4,"subscriber_id":{"tenant":"a"},"event_id":["e"]}`, tasks.ErrNewerTask}, // a shape this release cannot read
 	} {
 		if _, _, err := tasks.DecodeTask([]byte(c.payload)); !errors.Is(err, c.want) {
 			t.Errorf("%s: err %v, want it to wrap %v", c.payload, err, c.want)

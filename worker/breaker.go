@@ -26,6 +26,9 @@ func endpointFailure(resp response) bool {
 // subscriber, a recovered endpoint, each an operator event and a change of
 // the sets /metrics counts.
 func (h *handler) breakerChanged(ctx context.Context, r *run, c limits.Committed, what string) {
+	if c.Change == limits.BreakerSame {
+		return
+	}
 	log := h.log.With("subscriber_id", r.sub)
 	switch c.Change {
 	case limits.BreakerOpened:
