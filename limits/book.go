@@ -177,7 +177,9 @@ else
     redis.call('HSET', k.gate, 'lg', keep)
   end
   redis.call('XADD', k.log, 'MINID', '~', now - keep, '*', 'e', ARGV[1])
-  if redis.call('PTTL', k.log) < ttl then redis.call('PEXPIRE', k.log, ttl) end
+  -- lengthened 10 min further than this record needs, so that the next
+  -- bookings of those 10 min need not lengthen it again
+  if redis.call('PTTL', k.log) < ttl then redis.call('PEXPIRE', k.log, ttl + 600000) end
 end
 if where == 'lot' then
   redis.call('ZADD', k.lot, due, ARGV[1])

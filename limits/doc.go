@@ -87,7 +87,8 @@
 //	d:<event> the delivery record (tasks.DeliveryRecord). Until due +
 //	          horizon + dedup window; ended, at least the dedup window.
 //	log       stream of the deliveries in publish order. As long as the
-//	          longest record it lists.
+//	          longest record it lists, and at most 10 min more (a booking
+//	          that lengthens it adds 10 min, so the next need not).
 //	stats, dead:<event>, dead-index, opsdead, opsdead:ids: counters and
 //	          dead letters (tasks/keys.go).
 //

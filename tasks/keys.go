@@ -160,7 +160,8 @@ func (ns Keys) Delivery(id, eventID string) string { return ns.Gates(id).Deliver
 // event id; the delivery log's pages read it newest first (XREVRANGE).
 // Slot {<id>}. Owner: producer (the publish script appends, trimming
 // entries older than the longest record lifetime it has booked, and sets
-// the stream to expire as long after its last entry; deleting the
+// the stream to expire as long after its last entry, and up to 10 min
+// more, so that not every publish need lengthen it; deleting the
 // subscriber deletes it). Entries whose record has expired are skipped by
 // readers.
 func (ns Keys) DeliveryLog(id string) string { return ns.Gates(id).Log }
