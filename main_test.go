@@ -1,12 +1,19 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/worker"
 )
 
 // TestMain runs the tests, checking for leaked goroutines, or, with
@@ -16,6 +23,12 @@ import (
 // binaries instead of once more on its own.
 func TestMain(m *testing.M) {
 	if os.Getenv("HOOKLANE_TEST_MAIN") == "1" {
+		if spec := os.Getenv("HOOKLANE_FAULT"); spec != "" {
+			if err := installFault(spec); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+		}
 		main()
 		os.Exit(0)
 	}
@@ -37,4 +50,71 @@ func TestLogLevel(t *testing.T) {
 	if _, err := logLevel("loud", false); err == nil || !strings.Contains(err.Error(), "HOOKLANE_LOG_LEVEL") {
 		t.Errorf("logLevel(loud): %v; want an error naming HOOKLANE_LOG_LEVEL", err)
 	}
+}
+
+// installFault sets worker.FaultHook from HOOKLANE_FAULT, "<mode>:<point>"
+// or "<mode>:<point>@<n>" (the n-th time the point is reached; default the
+// first): mode kill-before or kill-after stops the process there with
+// SIGKILL, before or after the point's step; lose runs the step and
+// answers an error as if its reply was lost; fail answers an error without
+// running it. Only this test binary has the switch: the release build has
+// no code that reads HOOKLANE_FAULT.
+func installFault(spec string) error {
+	mode, rest, ok := strings.Cut(spec, ":")
+	point, nth, at := rest, 1, ""
+	if p, n, found := strings.Cut(rest, "@"); found {
+		point, at = p, n
+	}
+	if at != "" {
+		var err error
+		if nth, err = strconv.Atoi(at); err != nil || nth < 1 {
+			return fmt.Errorf("HOOKLANE_FAULT %q: %q is not a count", spec, at)
+		}
+	}
+	known := false
+	for _, p := range worker.FaultPoints {
+		known = known || p == point
+	}
+	switch {
+	case !ok || !known:
+		return fmt.Errorf("HOOKLANE_FAULT %q: want <mode>:<point>[@n] with a point of %v", spec, worker.FaultPoints)
+	case mode != "kill-before" && mode != "kill-after" && mode != "lose" && mode != "fail":
+		return fmt.Errorf("HOOKLANE_FAULT %q: mode %q is not kill-before, kill-after, lose or fail", spec, mode)
+	}
+	var hits atomic.Int64
+	worker.FaultHook = func(_ context.Context, p string, step func() error) error {
+		run := func() error {
+			if step == nil {
+				return nil
+			}
+			return step()
+		}
+		if p != point || hits.Add(1) != int64(nth) {
+			return run()
+		}
+		fmt.Fprintf(os.Stderr, "fault point %s: %s\n", p, mode)
+		switch mode {
+		case "kill-before":
+			die()
+		case "kill-after":
+			err := run()
+			die()
+			return err
+		case "fail":
+			return errFault
+		}
+		if err := run(); err != nil {
+			return err
+		}
+		return errFault
+	}
+	return nil
+}
+
+var errFault = errors.New("fault point: this step's Redis reply was lost (HOOKLANE_FAULT)")
+
+// die stops the process as kill -9 does: no deferred call, no flush.
+func die() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // KEYS: 1 gate, 2 cooldown, 3 inflight, 4 gcra, 5 lot, 6 out, 7 exp, 8
-// fresh, 9 the delivery's record, 10 the subscriber's counters, 11 retry. ARGV: 1 event id, 2 the run's token, 3
+// fresh, 9 the delivery's record, 10 the subscriber's counters, 11 retry,
+// 12 runs. ARGV: 1 event id, 2 the run's token, 3
 // slot ttl ms, 4 reserve ms (the longest a rate slot is booked ahead and
 // waited for in the worker), 5 "1" when this run booked its rate slot
 // before (a second Admit after waiting for it: the rate is not asked
@@ -36,7 +37,10 @@ import (
 //	3 past its horizon: dead-letter it; the run owns it {3, horizon ms, now ms}
 //	4 every in-flight slot taken: nothing written {4}
 //	5 a rate slot booked ms ahead: wait, then Admit again with ARGV[5] {5, ms}
-//	6 parked (the state, and when its subscriber needs a turn, -1 none)
+//	6 parked {6, state, when its subscriber needs a turn (-1 none)}: by
+//	  this call, or before (a retried call, a stale task): then the time is
+//	  its lot entry's, so that the run that answers asynq can write the
+//	  ready index again whatever the call before it wrote
 //	7 a live run owns it: look again in ms {7, ms}
 //
 // The record's state decides first: only a delivery that no live run owns
@@ -47,23 +51,36 @@ import (
 // lot (one write, in this step), except a full set of slots, which writes
 // nothing: the worker may wait for a slot (up to MaxWait) and parks it
 // with Park if none frees.
+//
+// A run that takes the delivery (admitted, a rate slot booked, or past
+// its horizon) files it in runs until its slot lapses, so that a turn
+// finds it again if its worker dies (turnScript); a drop of a delivery
+// that ended or whose record is gone takes it out of out and runs.
 var admitScript = script(`
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
-  fresh = KEYS[8], rec = KEYS[9], stats = KEYS[10], retry = KEYS[11]}
+  fresh = KEYS[8], rec = KEYS[9], stats = KEYS[10], retry = KEYS[11], runs = KEYS[12]}
 local ev, token = ARGV[1], ARGV[2]
 local f = gate_fields(k.gate)
-local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'm', 'c', 'u', 'p', 't', 'n', 'pk', 'nx', 'ce')
+local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'm', 'c', 'u', 'p', 't', 'n', 'pk', 'nx', 'ce', 'lr')
 if not f.gen then return {1, 'the subscriber was deleted'} end
-if not d[1] then return {1, 'no delivery record (past its retention)'} end
+local function gone(reply)
+  redis.call('ZREM', k.out, ev)
+  redis.call('ZREM', k.runs, ev)
+  return reply
+end
+if not d[1] then return gone({1, 'no delivery record (past its retention)'}) end
 if d[1] ~= f.gen then return {1, 'the subscriber was deleted and created again since'} end
-if d[2] == 'delivered' then return {1, 'delivered already'} end
-if d[2] == 'dead' then return {2} end
+if d[2] == 'delivered' then return gone({1, 'delivered already'}) end
+if d[2] == 'dead' then return gone({2}) end
 local now, t = now_ms()
+local function parked_at()
+  return tonumber(redis.call('ZSCORE', k.lot, ev) or '-1')
+end
 local function admitted(flags, spent, requests)
   return {0, flags, spent, d[5] or '1', d[4] or '0', d[7] or '0', d[8] or '0', d[9] or '', requests, f.cv or '', now, d[13] or ''}
 end
 local flags = ''
-if d[11] == token then return {6, d[2], -1} end -- parked by this run: a retried call
+if d[11] == token then return {6, d[2], parked_at()} end -- parked by this run: a retried call
 if d[3] == token and d[2] == 'in_flight' then -- admitted this run: a retried call
   return admitted('', tonumber(d[6] or '1') - 1, tonumber(d[10] or '1'))
 end
@@ -75,10 +92,11 @@ end
 local x = tonumber(d[4]) or 0
 if x > 0 and x <= now then
   redis.call('HSET', k.rec, 'tk', token)
+  redis.call('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
   return {3, x, now}
 end
-local parked = tonumber(redis.call('ZSCORE', k.lot, ev) or '-1')
-if parked > now then return {6, d[2], -1} end
+local parked = parked_at()
+if parked > now then return {6, d[2], parked} end -- a stale task: its lot entry moves it
 -- taken from the lot by its run, not a turn (see the turn's hand)
 local woke = parked >= 0 and woken(f, parked, now)
 if woke then
@@ -122,6 +140,7 @@ if not reserved then
     redis.call('ZREM', k.out, ev)
     if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev); redis.call('SREM', k.retry, ev) end
     redis.call('HSET', k.rec, 'tk', token, 's', 'pending')
+    redis.call('ZADD', k.runs, now + math.ceil(wait * 1000) + tonumber(ARGV[3]), ev)
     return {5, math.ceil(wait * 1000)}
   end
 end
@@ -135,7 +154,10 @@ if not reserved then redis.call('SET', k.gcra, new_tat, 'EX', ttl_s) end
 redis.call('ZADD', k.inflight, now + tonumber(ARGV[3]), token)
 redis.call('PEXPIRE', k.inflight, tonumber(ARGV[3]) + 1000)
 redis.call('ZREM', k.out, ev)
+redis.call('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
 if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev); redis.call('SREM', k.retry, ev) end
+-- lr: a request of it was lost with a worker and is not yet on record
+if d[14] then flags = flags .. 'l' end
 local spent, requests = tonumber(d[6] or '0'), tonumber(d[10] or '0') + 1
 redis.call('HSET', k.rec, 's', 'in_flight', 'tk', token, 'n', requests, 'c', spent + 1)
 if d[12] then redis.call('HDEL', k.rec, 'nx') end
@@ -213,7 +235,7 @@ func NewToken() string {
 // Admit runs a delivery's run through its record and its gates in one
 // round trip (see admitScript), with the read of its stored event.
 func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admission, error) {
-	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(r.EventID), k.Stats, k.Retry}
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(r.EventID), k.Stats, k.Retry, k.Runs}
 	args := append([]any{r.EventID, r.Token, r.SlotTTL.Milliseconds(), r.Reserve.Milliseconds(), flag(r.Reserved)}, r.Pace.args()...)
 	if r.Read == "" {
 		return admission(g.run(ctx, admitScript, keys, args...))
@@ -309,20 +331,30 @@ func admission(res []any, err error) (Admission, error) {
 	return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
 }
 
-// KEYS: 1 gate, 2 lot, 3 out, 4 exp, 5 fresh, 6 record, 7 counters, 8 retry. ARGV:
-// 1 event id, 2 token, 3 state, 4 earliest hand-out ms from now (0: now),
-// 5 why (counted as "deferred:<why>"). Parks a
-// delivery this run was handed but did not take (every in-flight slot
-// stayed taken for MaxWait), or one it took a rate slot for and lost its
-// chance (the record is its token's, or handed out and nobody's). Reply:
-// {1} parked, {0} not (another run has it, or it ended).
+// KEYS: 1 gate, 2 lot, 3 out, 4 exp, 5 fresh, 6 record, 7 counters, 8
+// retry, 9 inflight, 10 runs. ARGV: 1 event id, 2 token, 3 state, 4
+// earliest hand-out ms from now (0: now), 5 why (counted as
+// "deferred:<why>"). Parks a delivery this run was handed but did not take
+// (every in-flight slot stayed taken for MaxWait), or one it took a rate
+// slot for and lost its chance: the record is its token's, or handed out
+// and nobody's, or owned by a run whose slot lapsed (its worker died: a
+// task run again after a crash finds the slots full again). Reply: {1}
+// parked, {0} not (a live run has it, or it ended or is parked).
 var parkScript = script(`
-local k = {gate = KEYS[1], lot = KEYS[2], out = KEYS[3], exp = KEYS[4], fresh = KEYS[5], rec = KEYS[6], retry = KEYS[8]}
+local k = {gate = KEYS[1], lot = KEYS[2], out = KEYS[3], exp = KEYS[4], fresh = KEYS[5], rec = KEYS[6], retry = KEYS[8],
+  inflight = KEYS[9], runs = KEYS[10]}
 local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'pk')
 if d[5] == ARGV[2] then return {1} end -- parked by this run: a retried call
 local gen = redis.call('HGET', k.gate, 'gen')
-if not gen or d[1] ~= gen or d[2] ~= 'pending' or (d[3] and d[3] ~= ARGV[2]) then return {0} end
+if not gen or d[1] ~= gen or (d[2] ~= 'pending' and d[2] ~= 'in_flight') then return {0} end
 local now = now_ms()
+if d[3] and d[3] ~= ARGV[2] then
+  if tonumber(redis.call('ZSCORE', k.inflight, d[3]) or '0') > now then return {0} end
+  -- the request of the run that died counted: its next run records it
+  if d[2] == 'in_flight' then redis.call('HSET', k.rec, 'lr', 1) end
+elseif d[2] ~= 'pending' then
+  return {0}
+end
 park(k, ARGV[1], ARGV[3], now + tonumber(ARGV[4]), tonumber(d[4]))
 redis.call('HSET', k.rec, 'pk', ARGV[2])
 redis.call('HINCRBY', KEYS[7], 'deferred:' .. ARGV[5], 1)
@@ -331,7 +363,7 @@ return {1}`)
 // Park parks a delivery handed to this run that it did not take (see
 // parkScript), to be handed out again after in; why is counted.
 func (g *Gates) Park(ctx context.Context, k GateKeys, eventID, token, state, why string, in time.Duration) (bool, error) {
-	n, err := g.run(ctx, parkScript, []string{k.Record, k.Lot, k.Out, k.Exp, k.Fresh, k.record(eventID), k.Stats, k.Retry},
+	n, err := g.run(ctx, parkScript, []string{k.Record, k.Lot, k.Out, k.Exp, k.Fresh, k.record(eventID), k.Stats, k.Retry, k.InFlight, k.Runs},
 		eventID, token, state, in.Milliseconds(), why)
 	if err != nil {
 		return false, err

@@ -103,7 +103,7 @@ type Committed struct {
 
 // KEYS: 1 gate, 2 cooldown, 3 inflight, 4 lot, 5 out, 6 exp, 7 fresh, 8
 // record, 9 stats, 10 ledger entry, 11 dead index, 12 dead batch, 13 its
-// sample, 14 the release before's attempt list, 15 retry. ARGV: 1 event id, 2 token,
+// sample, 14 the release before's attempt list, 15 retry, 16 runs. ARGV: 1 event id, 2 token,
 // 3 kind, 4 attempt field, 5 attempt, 6 lost field, 7 lost, 8 backoff ms,
 // 9 delivered ms, 10 flags (e endpoint failure, a answered, p probe, s
 // streak, t throttled, g pause gone), 11 breaker failures (-1 off), 12
@@ -111,7 +111,9 @@ type Committed struct {
 // text, 16 adaptive factor, 17 floor, 18 increase per ms, 19 reason, 20
 // latency ms (0 none), 21 dedup ms, 22 counters ("field n field n …"), 23
 // dead entry prefix, 24 task id, 25 retention ms, 26 report sample, 27
-// dead at (ms: the entry's dead_at, its index score; 0: now).
+// dead at (ms: the entry's dead_at, its index score; 0: now), 28 the
+// hand-out lease ms (an interrupted run's delivery waits in out for its
+// task, put back in asynq).
 // Reply {result, notify ms, breaker change, since ms}: result "ok",
 // "superseded", or "again" (this run's outcome was committed before: the
 // reply it had, nothing written again).
@@ -121,10 +123,14 @@ type Committed struct {
 // fresh lane, the breaker, the effective rate, the counters, and a dead
 // letter's ledger entry and report batch. Written once per run (the
 // record keeps the last committed run's token and reply), before the
-// worker answers asynq.
+// worker answers asynq. The delivery leaves runs; one of a generation
+// that is not the subscriber's any more (deleted and created again while
+// its request was under way) is not parked into the new generation's lot:
+// it ends there, unsent again.
 var commitScript = script(`
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
-  rec = KEYS[8], stats = KEYS[9], ledger = KEYS[10], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15]}
+  rec = KEYS[8], stats = KEYS[9], ledger = KEYS[10], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15],
+  runs = KEYS[16]}
 local ev, token, kind = ARGV[1], ARGV[2], ARGV[3]
 redis.call('ZREM', k.inflight, token)
 local d = redis.call('HMGET', k.rec, 'tk', 'ok', 'okr', 'x', 'g', 'q', 'le', 'ce')
@@ -146,6 +152,7 @@ if d[1] ~= token then
   end
   return {'superseded', -1, 0, 0, 0}
 end
+redis.call('ZREM', k.runs, ev)
 local flags = ARGV[10]
 local function has(c) return string.find(flags, c, 1, true) ~= nil end
 -- the record's fields to set, written in one HSET (before the attempts
@@ -161,7 +168,10 @@ if ARGV[4] ~= '' then set(ARGV[4], ARGV[5]) end
 -- does not. An interrupted request's run is tried again: that one says so
 -- too.
 if d[8] and ARGV[4] ~= '' and kind ~= 'interrupted' then redis.call('HDEL', k.rec, 'ce') end
-if ARGV[6] ~= '' then set(ARGV[6], ARGV[7]) end
+if ARGV[6] ~= '' then
+  set(ARGV[6], ARGV[7])
+  redis.call('HDEL', k.rec, 'lr')
+end
 local notify = -1
 local function soon(at) if at >= 0 and (notify < 0 or at < notify) then notify = at end end
 
@@ -252,6 +262,11 @@ if kind == 'delivered' then
       stale = 1
     end
   end
+elseif not same and kind ~= 'dead' then
+  -- another generation's: nothing of it is parked or sent again
+  for _, key in ipairs({k.lot, k.out, k.exp, k.fresh}) do redis.call('ZREM', key, ev) end
+  redis.call('SREM', k.retry, ev)
+  redis.call('HDEL', k.rec, 'tk', 'nx')
 elseif kind == 'failed' then
   local at = now + tonumber(ARGV[8])
   park(k, ev, 'retrying', at, x)
@@ -271,6 +286,7 @@ elseif kind == 'interrupted' then
   redis.call('HINCRBY', k.rec, 'c', -1)
   set('s', 'pending')
   redis.call('HDEL', k.rec, 'tk')
+  redis.call('ZADD', k.out, now + tonumber(ARGV[28]), ev)
 elseif kind == 'dead' then
   set('s', 'dead')
   set('le', 1)
@@ -391,10 +407,10 @@ func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 		errText = errText[:300]
 	}
 	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Lot, k.Out, k.Exp, k.Fresh, k.record(o.EventID), k.Stats,
-		k.Dead + o.EventID, k.DeadIndex, k.DeadBatch, k.DeadSample, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none"), k.Retry}
+		k.Dead + o.EventID, k.DeadIndex, k.DeadBatch, k.DeadSample, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none"), k.Retry, k.Runs}
 	args := []any{o.EventID, o.Token, o.Kind, o.AttemptField, o.Attempt, o.LostField, o.Lost, o.Backoff.Milliseconds(), delivered,
 		string(fl), b.Failures, b.ProbeGap.Milliseconds(), b.MaxProbeGap.Milliseconds(), max(b.DisableAfter, 0).Milliseconds(), errText,
 		AdaptDecrease, adaptFloor, adaptIncreasePerMs, o.AdaptReason, o.Latency.Milliseconds(), o.Dedup.Milliseconds(),
-		string(counters), o.DeadEntry, o.TaskID, o.DeadRetention.Milliseconds(), o.ReportSample, unixMilli(o.DeadAt)}
+		string(counters), o.DeadEntry, o.TaskID, o.DeadRetention.Milliseconds(), o.ReportSample, unixMilli(o.DeadAt), OutLease.Milliseconds()}
 	return keys, args
 }

@@ -35,8 +35,44 @@
 // next rate slot, the cooldown's end, the next probe, the earliest
 // horizon), keeping any earlier time written meanwhile. A worker that runs
 // a delivery writes its outcome and the ready index before asynq lets the
-// task go, so one that dies in between leaves the task to asynq's lease
-// recovery, and the rerun writes them again.
+// task go (a failed ready write fails the run: asynq keeps the task), so
+// one that dies in between leaves the task to asynq's lease recovery, and
+// the rerun, which Admit tells the lot entry's time, writes it again.
+//
+// # Always somewhere that moves it
+//
+// Every delivery record that has not ended (delivered, dead) is in
+// exactly one of these places, each a sorted set of its subscriber's slot
+// scored by when the delivery must move next:
+//
+//   - lot: parked, with exp (its horizon); moved at its due time by a turn;
+//   - out: handed to asynq and not yet taken; its lease (OutLease) runs
+//     out and a turn hands it out again (asynq refuses a second task of the
+//     id while the first exists: only a lost task is replaced);
+//   - runs: taken by a run (Admit), until its slot lapses; a turn then
+//     looks at its record: still owned by a live slot, it waits again;
+//     owned by a run that died and held nowhere else, it is handed out
+//     again, and its next run counts the lost request;
+//
+// and, beside the last two, in an asynq task or a live run. Every script
+// that takes a delivery out of one place puts it in another in the same
+// step (Book: lot or out; Turn: lot to out; Admit: out or lot to runs;
+// Park and Commit: runs to lot, or to out for an interrupted run, or
+// nowhere once it ended), so no crash between two steps leaves it in none.
+// A turn drops an entry of out or runs whose delivery has ended, whose
+// record is gone or is another generation's.
+//
+// A place moves a delivery only through its subscriber's turn, so a
+// subscriber with anything in lot, out or runs always has a turn due or
+// claimed in its region's ready index: a turn gives its next time from
+// all of them, and every step that may need a turn sooner writes it after
+// its script. What a crash or a lost reply can still lose is that last
+// write (a publish whose process dies after its booking); the region's
+// rescuer (worker/rescuer.go) sweeps the subscribers (a cursor over their
+// ids, one read-only script each, never a keyspace SCAN) and gives a turn
+// to any whose earliest time is more than 5 s past with none due or
+// claimed. It and the turns count what they move in
+// hooklane_rescued_total{reason}.
 //
 // # One owner per fact
 //
@@ -77,6 +113,9 @@
 //	          yet taken by a run. Lease 2 min: a turn hands out again one
 //	          whose lease ended (asynq refuses a second task of the id while
 //	          the first exists).
+//	runs      zset event id → the end of its run's slot: deliveries a run
+//	          took (Admit) and has not committed. An entry leaves with the
+//	          commit, a park, or a turn that finds its run dead.
 //	fresh     zset event id → next look: deliveries in the fresh lane (at
 //	          most FreshMax). An entry leaves when its run's outcome is
 //	          committed (or it is parked or dropped); every FreshTTL it is

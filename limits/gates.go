@@ -12,13 +12,16 @@ import (
 // says what each holds). They share one Redis Cluster slot, so each script
 // below touches one slot.
 type GateKeys struct {
-	Record     string // the gate record (hash)
-	Cooldown   string
-	InFlight   string
-	Rate       string // redis_rate's key of the subscriber's GCRA
-	Lot        string
-	Retry      string // the parked deliveries a request was made for (a set)
-	Out        string
+	Record   string // the gate record (hash)
+	Cooldown string
+	InFlight string
+	Rate     string // redis_rate's key of the subscriber's GCRA
+	Lot      string
+	Retry    string // the parked deliveries a request was made for (a set)
+	Out      string
+	// Runs: the deliveries a run has taken (event id → when its slot
+	// lapses), so that a turn finds one whose worker died.
+	Runs       string
 	Exp        string
 	Fresh      string
 	Deliveries string // prefix of the delivery records (+ event id)
@@ -123,7 +126,7 @@ func (g *Gates) ParkedIn(ctx context.Context, p redis.Pipeliner, k GateKeys) (pa
 // schedule but the gate record, which DeleteSubscriber removes apart
 // (only if it is still the deleted generation's).
 func (g *Gates) Forget(ctx context.Context, p redis.Pipeliner, k GateKeys) {
-	p.Del(ctx, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Retry, k.Out, k.Exp, k.Fresh, k.Log, k.Stats, k.DeadBatch, k.DeadSample)
+	p.Del(ctx, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Retry, k.Out, k.Runs, k.Exp, k.Fresh, k.Log, k.Stats, k.DeadBatch, k.DeadSample)
 }
 
 // EndCooldown ends a subscriber's cooldown now (an operator's lever); wake

@@ -33,7 +33,8 @@ import (
 //     for ttl more; else (it ended, was parked, or its record is gone) it
 //     goes. So a task that waits in the fresh queue longer than ttl still
 //     counts, and an entry whose task was lost goes at its next look.
-//   - park(k, ev, state, at, x): moves a delivery into the lot.
+//   - park(k, ev, state, at, x): moves a delivery into the lot (out of
+//     out, runs and the fresh lane).
 //   - lot_kind(k, ev): files a delivery just put in the lot as retrying
 //     (in k.retry) when a request was made for it (its record's n), so
 //     that status counts the two apart without reading the lot's records.
@@ -113,6 +114,7 @@ local function park(k, ev, state, at, x)
   lot_kind(k, ev)
   if x then redis.call('ZADD', k.exp, x, ev) end
   redis.call('ZREM', k.out, ev)
+  redis.call('ZREM', k.runs, ev)
   redis.call('ZREM', k.fresh, ev)
   redis.call('HSET', k.rec, 's', state)
   redis.call('HDEL', k.rec, 'tk')

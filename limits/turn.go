@@ -8,20 +8,26 @@ import (
 )
 
 // KEYS: 1 gate, 2 cooldown, 3 inflight, 4 gcra, 5 lot, 6 out, 7 exp, 8
-// fresh, 9 retry. ARGV: 1 record prefix (+ event id: the records, in the same
+// fresh, 9 retry, 10 runs. ARGV: 1 record prefix (+ event id: the records, in the same
 // slot), 2 batch (the most hand-outs), 3 out lease ms, 4 fresh ttl ms, 5
 // probe hold ms, then Pace.args: 6 rate, 7 burst, 8 period ms, 9 max in
 // flight, 10 lead ms, 11 max wait ms, 12 fresh max, 13 adaptive increase
 // per ms, 14 ramp ms, 15 waiters.
-// Reply {next, dropped, ev, lane, probe, ev, lane, probe, …}: next is when
-// (Unix ms) the subscriber needs its next turn, -1 never (nothing parked
-// or handed out); dropped is how many parked deliveries of a deleted
-// subscriber it dropped; then each delivery handed out: its event id, its
-// lane, "p" when it is the open breaker's probe.
+// Reply {next, dropped, stale, ev, lane, why, ev, lane, why, …}: next is
+// when (Unix ms) the subscriber needs its next turn, -1 never (nothing
+// parked, handed out or running); dropped is how many parked deliveries
+// of a deleted subscriber it dropped; stale how many entries of out and
+// runs it dropped because their delivery had ended (or its record was
+// gone, or was another generation's); then each delivery handed out: its
+// event id, its lane, and why: "p" the open breaker's probe, "o" handed
+// out again (its lease ran out), "r" its run's worker died, "" due.
 //
 // A turn hands out, in this order: deliveries whose hand-out lease ran out
 // (again, in the lane they went to: asynq refuses the task if it still
-// has it); parked deliveries past their horizon, whatever holds the
+// has it), unless their record says they ended, are parked or run;
+// deliveries whose run's slot lapsed with nothing else holding them (their
+// worker died after Admit, or a task run again found its slots full and
+// was let go); parked deliveries past their horizon, whatever holds the
 // subscriber (their run dead-letters them); and then (the deliveries
 // parked on a cooldown an operator ended made due first), unless the
 // subscriber is paused or its destination cools down, the due ones: one
@@ -29,17 +35,17 @@ import (
 // rate slot within the lead and the in-flight capacity allow.
 var turnScript = script(`
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
-  fresh = KEYS[8], retry = KEYS[9]}
+  fresh = KEYS[8], retry = KEYS[9], runs = KEYS[10]}
 local f = gate_fields(k.gate)
 if not f.gen then
   local n = redis.call('ZCARD', k.lot)
-  redis.call('DEL', k.lot, k.exp, k.out, k.fresh, k.retry)
-  return {-1, n}
+  redis.call('DEL', k.lot, k.exp, k.out, k.fresh, k.retry, k.runs)
+  return {-1, n, 0}
 end
 local now, t = now_ms()
 redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
 local batch, lease, freshttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local out = {-1, 0}
+local out = {-1, 0, 0}
 local handed = 0
 local next = nil
 local function soon(at) at = tonumber(at); if at and (not next or at < next) then next = at end end
@@ -71,11 +77,50 @@ local function hand(ev, l, probe, due)
   out[#out + 1], out[#out + 2], out[#out + 3] = ev, l, probe and 'p' or ''
   handed = handed + 1
 end
-for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.out, '-inf', now, 'LIMIT', 0, batch)) do
-  local l = redis.call('HGET', ARGV[1] .. ev, 'q') or 'backlog'
+
+-- where an entry of out or runs stands: 'ended' (or gone, or another
+-- generation's: dropped), 'parked' (its lot entry moves it), 'out'
+-- (handed out), a live run's slot end, or 'lost' (nothing holds it)
+local function place(ev, d)
+  if not d[1] or d[1] ~= f.gen or d[2] == 'delivered' or d[2] == 'dead' then return 'ended' end
+  if redis.call('ZSCORE', k.lot, ev) then return 'parked' end
+  local slot = d[3] and redis.call('ZSCORE', k.inflight, d[3])
+  if slot then return tonumber(slot) end
+  return 'lost'
+end
+local function again(ev, l, why)
   redis.call('ZADD', k.out, now + lease, ev)
-  out[#out + 1], out[#out + 2], out[#out + 3] = ev, l, ''
+  out[#out + 1], out[#out + 2], out[#out + 3] = ev, l or 'backlog', why
   handed = handed + 1
+end
+for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.out, '-inf', now, 'LIMIT', 0, batch)) do
+  local d = redis.call('HMGET', ARGV[1] .. ev, 'g', 's', 'tk', 'q')
+  local p = place(ev, d)
+  if p == 'lost' then
+    again(ev, d[4], 'o')
+  else
+    redis.call('ZREM', k.out, ev)
+    if p == 'ended' then
+      redis.call('ZREM', k.fresh, ev)
+      out[3] = out[3] + 1
+    elseif p ~= 'parked' then
+      redis.call('ZADD', k.runs, p, ev)
+    end
+  end
+end
+for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.runs, '-inf', now, 'LIMIT', 0, math.max(batch - handed, 0))) do
+  local d = redis.call('HMGET', ARGV[1] .. ev, 'g', 's', 'tk', 'q')
+  local p = place(ev, d)
+  if type(p) == 'number' then
+    redis.call('ZADD', k.runs, p, ev)
+  else
+    redis.call('ZREM', k.runs, ev)
+    if p == 'ended' then
+      out[3] = out[3] + 1
+    elseif p == 'lost' and not redis.call('ZSCORE', k.out, ev) then
+      again(ev, d[4], 'r')
+    end
+  end
 end
 for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.exp, '-inf', now, 'LIMIT', 0, math.max(batch - handed, 0))) do
   hand(ev, 'backlog', false, false)
@@ -147,6 +192,7 @@ local head = redis.call('ZRANGEBYSCORE', k.lot, '(' .. now, '+inf', 'WITHSCORES'
 if not f.paused then soon(head[2]) end
 soon((redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES'))[2])
 soon((redis.call('ZRANGE', k.out, 0, 0, 'WITHSCORES'))[2])
+soon((redis.call('ZRANGE', k.runs, 0, 0, 'WITHSCORES'))[2])
 if next then out[1] = math.max(next, now) end
 return out`)
 
@@ -155,6 +201,12 @@ type Handout struct {
 	EventID string
 	Lane    string // WhereFresh or WhereBacklog
 	Probe   bool   // the open breaker's probe
+	// Again: handed out again because its hand-out lease ran out (a task
+	// that is still in asynq refuses the new one; a lost one is replaced).
+	Again bool
+	// Lost: its run's worker died and nothing else held it (the record
+	// still names that run: the next run counts its request).
+	Lost bool
 }
 
 // TurnResult is what a subscriber's turn did.
@@ -166,6 +218,9 @@ type TurnResult struct {
 	// Dropped counts the parked deliveries of a deleted subscriber the
 	// turn dropped (they are counted, not sent).
 	Dropped int
+	// Stale counts the entries of out and runs dropped because their
+	// delivery had ended, or its record was gone or another generation's.
+	Stale int
 }
 
 // TurnBatch is the most deliveries one turn hands out.
@@ -175,14 +230,14 @@ const TurnBatch = 500
 // probeHold is how long a probe holds the role while it is handed out and
 // sent (the request timeout and a margin).
 func (g *Gates) Turn(ctx context.Context, k GateKeys, pace Pace, probeHold time.Duration) (TurnResult, error) {
-	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.Retry}
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.Retry, k.Runs}
 	args := append([]any{k.Deliveries, TurnBatch, OutLease.Milliseconds(), FreshTTL.Milliseconds(), probeHold.Milliseconds()}, pace.args()...)
 	res, err := g.run(ctx, turnScript, keys, args...)
 	if err != nil {
 		return TurnResult{}, err
 	}
 	r := replyStrings(res)
-	if len(r) < 2 || (len(r)-2)%3 != 0 {
+	if len(r) < 3 || (len(r)-3)%3 != 0 {
 		return TurnResult{}, fmt.Errorf("turn: unexpected reply %v", res)
 	}
 	var tr TurnResult
@@ -190,8 +245,10 @@ func (g *Gates) Turn(ctx context.Context, k GateKeys, pace Pace, probeHold time.
 		tr.Next = time.UnixMilli(next)
 	}
 	tr.Dropped, _ = strconv.Atoi(r[1])
-	for i := 2; i+2 < len(r); i += 3 {
-		tr.Handouts = append(tr.Handouts, Handout{EventID: r[i], Lane: r[i+1], Probe: r[i+2] == "p"})
+	tr.Stale, _ = strconv.Atoi(r[2])
+	for i := 3; i+2 < len(r); i += 3 {
+		tr.Handouts = append(tr.Handouts, Handout{EventID: r[i], Lane: r[i+1], Probe: r[i+2] == "p", Again: r[i+2] == "o",
+			Lost: r[i+2] == "r"})
 	}
 	return tr, nil
 }

@@ -362,7 +362,7 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 	// generation's: a subscriber created again meanwhile keeps its own.
 	k := p.keys.Gates(id)
 	dropped, err := forgetScript.Run(ctx, p.rdb, []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.Log,
-		k.Stats, k.DeadBatch, k.DeadSample, k.Retry}, gen).Int64()
+		k.Stats, k.DeadBatch, k.DeadSample, k.Retry, k.Runs}, gen).Int64()
 	if err == nil && dropped > 0 {
 		err = p.rdb.HIncrBy(ctx, p.keys.Counters(), tasks.CounterDroppedDeleted, dropped).Err()
 	}

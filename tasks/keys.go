@@ -133,6 +133,7 @@ func (ns Keys) Gates(id string) limits.GateKeys {
 		Lot:        ns.sub(id, "lot"),
 		Retry:      ns.sub(id, "retry"),
 		Out:        ns.sub(id, "out"),
+		Runs:       ns.sub(id, "runs"),
 		Exp:        ns.sub(id, "exp"),
 		Fresh:      ns.sub(id, "fresh"),
 		Deliveries: ns.sub(id, "d:"),
@@ -430,6 +431,16 @@ func (ns Keys) Ready(region string) string {
 
 // Claimed is Ready's claims; see Ready.
 func (ns Keys) Claimed(region string) string { return ns.Ready(region) + ":claimed" }
+
+// Rescuer is the lease of the region's rescuer (worker/rescuer.go): the id
+// of the worker that sweeps the region's subscribers now, for twice its
+// interval. RescuerCursor is the last subscriber id its sweep looked at
+// ("" or absent: from the start). Both in Ready's slot. Owner: worker.
+// The lease lives until it lapses; the cursor as long as the namespace.
+func (ns Keys) Rescuer(region string) string { return ns.Ready(region) + ":rescuer" }
+
+// RescuerCursor is the region rescuer's place in its sweep; see Rescuer.
+func (ns Keys) RescuerCursor(region string) string { return ns.Ready(region) + ":rescuer:cursor" }
 
 // Layout is a hash describing the namespace's layout, written once by the
 // first process that uses it: "version" (2) and "shards" (queues per lane

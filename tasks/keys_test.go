@@ -52,7 +52,7 @@ var slotGroups = map[string]string{
 	"Gate": "sub", "Gates": "sub", "Delivery": "sub", "DeliveryLog": "sub", "RateLimiterKey": "sub", "Stats": "sub",
 	"Ledger": "sub", "DeadIndex": "sub", "DeadBatch": "sub", "DeadBatchSample": "sub", "LegacyLeftovers": "sub",
 	"Event": "event", "LegacyEvent": "event",
-	"Ready": "ready", "Claimed": "ready",
+	"Ready": "ready", "Claimed": "ready", "Rescuer": "ready", "RescuerCursor": "ready",
 	"Totals": "totals", "TotalsFlushes": "totals", "Counters": "totals",
 	"AsynqTask":    "queue",
 	"AllDeadIndex": "own", "LegacyCounters": "own", "Cooling": "own", "DeadReportsDue": "own", "Layout": "own", "IngestLimiterKey": "own",

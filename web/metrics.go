@@ -103,6 +103,9 @@ func (c *hooklaneCollector) collect(ctx context.Context, ch chan<- prometheus.Me
 	gauge(descMaxMarked, float64(limit))
 	cs := worker.ParseCounts(counters.Val())
 	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(cs[worker.DroppedDeleted]), "deleted")
+	for _, why := range []string{worker.RescuedNoTurn, worker.RescuedLostRun, worker.RescuedLostTask, worker.RescuedStale} {
+		ch <- prometheus.MustNewConstMetric(descRescued, prometheus.CounterValue, float64(cs["rescued:"+why]), why)
+	}
 	for _, typ := range []string{tasks.OperatorFailing, tasks.OperatorRecovered, tasks.OperatorDisabled, tasks.OperatorDead} {
 		ch <- prometheus.MustNewConstMetric(descOperator, prometheus.CounterValue, float64(cs["ops:"+typ]), typ)
 	}

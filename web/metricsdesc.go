@@ -50,6 +50,7 @@ var (
 	descScheduled    = desc("scheduled_tasks", "Tasks waiting for a not-before time or a pacing slot.", "queue")
 	descOperator     = desc("operator_events_total", "Operator events published (hooklane.subscriber.failing, .recovered, .disabled, hooklane.delivery.dead), by type.", "type")
 	descDropped      = desc("dropped_total", "Tasks dropped unsent, by reason: deleted (their subscriber was deleted or re-created since).", "reason")
+	descRescued      = desc("rescued_total", "Deliveries that nothing was moving, moved by the rescuer or a turn, by reason: no_turn, lost_run, lost_task, stale.", "reason")
 )
 
 var allDescs = []*prometheus.Desc{
@@ -58,5 +59,5 @@ var allDescs = []*prometheus.Desc{
 	subscriberDescs.deliveries, subscriberDescs.responses, subscriberDescs.throttled, subscriberDescs.deferrals,
 	subscriberDescs.dead, subscriberDescs.latency, subscriberDescs.lateness,
 	descUp, descSubscribers, descPausedCount, descCoolingCount, descOpenCount, descMarked, descMaxMarked,
-	descInFlight, descPaused, descBreaker, descEffective, descCooldown, descOldest, descRetryWait, descScheduled, descDropped, descOperator,
+	descInFlight, descPaused, descBreaker, descEffective, descCooldown, descOldest, descRetryWait, descScheduled, descDropped, descRescued, descOperator,
 }

@@ -36,7 +36,8 @@ func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, 
 		ok = false
 	}
 	if ok {
-		until, _, err := h.gates.Cooldown(ctx, r.keys, ra, h.cfg.MaxRetryAfter)
+		var until time.Time
+		err := fault(ctx, FaultCooldown, func() (err error) { until, _, err = h.gates.Cooldown(ctx, r.keys, ra, h.cfg.MaxRetryAfter); return err })
 		if err != nil {
 			// The delivery still waits for its deadline (its own clock);
 			// only the cooldown of the other events is lost.

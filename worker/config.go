@@ -70,6 +70,12 @@ type Config struct {
 	// idle dispatcher looks at its region's ready index for turns other
 	// processes asked for. Default 100ms.
 	PollInterval time.Duration
+	// RescueInterval (HOOKLANE_RESCUE_INTERVAL) is how often a region's
+	// rescuer (rescuer.go) looks at a batch of subscribers for parked,
+	// handed-out or running deliveries that no turn is due for; RescueSweep
+	// (HOOKLANE_RESCUE_SWEEP) is how long one sweep of every subscriber may
+	// take, which sizes the batches. Defaults 10s and 5m.
+	RescueInterval, RescueSweep time.Duration
 	// ForwardInterval (HOOKLANE_FORWARD_INTERVAL) is asynq's
 	// DelayedTaskCheckInterval: how often due retries and scheduled tasks
 	// are moved to pending. Default 250ms, so deadlines hold within ~1s.
@@ -156,6 +162,8 @@ func (c Config) WithDefaults() Config {
 	c.BackoffMax = cmp.Or(c.BackoffMax, 10*time.Minute)
 	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
 	c.RegionCheck = cmp.Or(c.RegionCheck, 10*time.Second)
+	c.RescueInterval = cmp.Or(c.RescueInterval, 10*time.Second)
+	c.RescueSweep = cmp.Or(c.RescueSweep, 5*time.Minute)
 	c.ForwardInterval = cmp.Or(c.ForwardInterval, 250*time.Millisecond)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
 	c.DedupWindow = cmp.Or(c.DedupWindow, 24*time.Hour)
@@ -198,6 +206,8 @@ func (c Config) validate() error {
 	positive("BackoffBase (HOOKLANE_BACKOFF_BASE)", c.BackoffBase)
 	positive("BackoffMax (HOOKLANE_BACKOFF_MAX)", c.BackoffMax)
 	positive("PollInterval (HOOKLANE_POLL_INTERVAL)", c.PollInterval)
+	positive("RescueInterval (HOOKLANE_RESCUE_INTERVAL)", c.RescueInterval)
+	positive("RescueSweep (HOOKLANE_RESCUE_SWEEP)", c.RescueSweep)
 	positive("RegionCheck", c.RegionCheck)
 	positive("ForwardInterval (HOOKLANE_FORWARD_INTERVAL)", c.ForwardInterval)
 	positive("ShutdownTimeout (HOOKLANE_SHUTDOWN_TIMEOUT)", c.ShutdownTimeout)
@@ -290,6 +300,8 @@ func FromEnv() (Config, error) {
 		}
 	}
 	durVar("HOOKLANE_POLL_INTERVAL", &c.PollInterval, 0, false)
+	durVar("HOOKLANE_RESCUE_INTERVAL", &c.RescueInterval, 0, false)
+	durVar("HOOKLANE_RESCUE_SWEEP", &c.RescueSweep, 0, false)
 	durVar("HOOKLANE_FORWARD_INTERVAL", &c.ForwardInterval, 0, false)
 	durVar("HOOKLANE_SHUTDOWN_TIMEOUT", &c.ShutdownTimeout, 0, false)
 	durVar("HOOKLANE_DEAD_LETTER_RETENTION", &c.DeadLetterRetention, 0, true) // 0: keep

@@ -83,6 +83,7 @@ func kill9(t *testing.T) {
 		{"429-after-commit", func(t *testing.T) { crashAround429(t, afterCommit) }},
 		{"last-attempt", crashOnLastAttempt},
 		{"dead-before-archive", crashBeforeArchive},
+		{"rerun-finds-slots-full", crashRerunFindsSlotsFull},
 	} {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel() // with each other and the rest of TestCrashesAndFailovers only
@@ -95,7 +96,10 @@ func kill9(t *testing.T) {
 // once: asynq's leases of its active tasks expired a minute ago (its
 // recoverer takes tasks whose lease expired over 30s ago), and subscriber
 // sub's in-flight slots lapsed (a run that finds the delivery owned waits
-// for its owner's slot to lapse).
+// for its owner's slot to lapse), with its runs' entries (a turn finds a
+// run that died once its entry's time has come) and its hand-outs' leases
+// (a turn hands one out again, its task lost with a dispatcher, once its
+// 2-minute lease has run out).
 func expireLeases(t testing.TB, rdb redis.UniversalClient, ns, sub string) {
 	t.Helper()
 	ctx := context.Background()
@@ -107,9 +111,10 @@ func expireLeases(t testing.TB, rdb redis.UniversalClient, ns, sub string) {
 			rdb.ZAddXX(ctx, lease, redis.Z{Score: past, Member: m})
 		}
 	}
-	slots := keys.Gates(sub).InFlight
-	for _, m := range rdb.ZRange(ctx, slots, 0, -1).Val() {
-		rdb.ZAddXX(ctx, slots, redis.Z{Score: 1, Member: m})
+	for _, set := range []string{keys.Gates(sub).InFlight, keys.Gates(sub).Runs, keys.Gates(sub).Out} {
+		for _, m := range rdb.ZRange(ctx, set, 0, -1).Val() {
+			rdb.ZAddXX(ctx, set, redis.Z{Score: 1, Member: m})
+		}
 	}
 }
 

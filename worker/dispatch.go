@@ -22,6 +22,7 @@ type dispatchers struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	loops  map[string]*dispatcher // region → its loop
+	id     string                 // holds the regions' rescuer leases (rescuer.go)
 }
 
 type dispatcher struct {
@@ -36,7 +37,7 @@ type dispatcher struct {
 
 func newDispatchers(h *handler) *dispatchers {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &dispatchers{h: h, ctx: ctx, cancel: cancel, loops: map[string]*dispatcher{}}
+	return &dispatchers{h: h, ctx: ctx, cancel: cancel, loops: map[string]*dispatcher{}, id: newRescuerID()}
 }
 
 // start runs region's loop, once.
@@ -50,10 +51,16 @@ func (ds *dispatchers) start(region string) {
 	d.ctx, d.cancel = context.WithCancel(ds.ctx)
 	ds.loops[region] = d
 	ds.wg.Add(1)
+	rescuer := make(chan struct{})
 	go func() {
 		defer ds.wg.Done()
 		defer close(d.done)
+		defer func() { <-rescuer }()
 		ds.run(d)
+	}()
+	go func() {
+		defer close(rescuer)
+		ds.rescue(d)
 	}()
 }
 
@@ -181,7 +188,11 @@ func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
 		return time.Time{}
 	}
 	probeHold := h.cfg.RequestTimeout + h.cfg.maxWait() + 5*time.Second
-	tr, err := h.gates.Turn(ctx, h.keys.Gates(id), h.pace(&sub.Subscriber), probeHold)
+	var tr limits.TurnResult
+	err = fault(ctx, FaultTurn, func() (err error) {
+		tr, err = h.gates.Turn(ctx, h.keys.Gates(id), h.pace(&sub.Subscriber), probeHold)
+		return err
+	})
 	if err != nil {
 		h.log.Warn("dispatcher: turn failed; trying again", "subscriber_id", id, "err", err)
 		return time.Now().Add(time.Second)
@@ -190,6 +201,7 @@ func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
 		h.stats.Dropped.Add(int64(tr.Dropped))
 		h.totals.count(DroppedDeleted, int64(tr.Dropped))
 	}
+	h.rescued(id, RescuedStale, int64(tr.Stale))
 	// Enqueued side by side, so that they share round trips; one that is
 	// not waits in the lot's hand-outs until its lease ends, and the next
 	// turn hands it out again.
@@ -199,9 +211,19 @@ func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if _, err := h.prod.HandOut(ctx, sub.Subscriber, o.EventID, o.Lane, h.shards, true); err != nil {
+			var enqueued bool
+			err := fault(ctx, FaultEnqueue, func() (err error) {
+				enqueued, err = h.prod.HandOut(ctx, sub.Subscriber, o.EventID, o.Lane, h.shards, true)
+				return err
+			})
+			switch {
+			case err != nil:
 				h.log.Warn("dispatcher: could not enqueue a delivery; it is handed out again after its lease", "subscriber_id", id,
 					"event_id", o.EventID, "err", err)
+			case o.Lost:
+				h.rescued(id, RescuedLostRun, 1)
+			case o.Again && enqueued:
+				h.rescued(id, RescuedLostTask, 1)
 			}
 		})
 	}

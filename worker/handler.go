@@ -68,6 +68,7 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 	r := &run{payload: t.Payload()}
 	r.taskID, _ = asynq.GetTaskID(ctx)
 	r.queue, _ = asynq.GetQueueName(ctx)
+	defer func() { _ = fault(ctx, FaultDone, nil) }()
 	defer func() {
 		if p := recover(); p != nil {
 			h.log.Error("panic delivering a task: a hooklane bug", "task_id", r.taskID, "panic", p, "stack", string(debug.Stack()))
@@ -117,9 +118,11 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 	if len(r.body) == 0 {
 		return h.finish(ctx, r, h.death(r, DeadUndecodable, fmt.Sprintf("event %s's payload is gone from Redis", r.event), nil))
 	}
+	_ = fault(ctx, FaultRequest, nil)
 	resp := post(ctx, h.client, &sub.Subscriber, r.event, r.body, h.cfg.ResponseBody, func(status int, hdr http.Header, at time.Time) {
 		h.learnRate(ctx, r, &sub.Subscriber, status, hdr)
 	})
+	_ = fault(ctx, FaultResponse, nil)
 	return h.finish(ctx, r, h.outcomeOf(ctx, r, &sub.Subscriber, resp))
 }
 
@@ -152,7 +155,7 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 		}
 	}()
 	for {
-		a, err := h.gates.Admit(ctx, r.keys, req)
+		a, err := h.admitOnce(ctx, r, req)
 		if err != nil {
 			return h.infra("admit", r.sub, err)
 		}
@@ -180,7 +183,9 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 		case a.Parked:
 			h.stats.Deferred.Add(1)
 			h.totals.add("deferred:"+a.State, 1) // Admit counted it for the subscriber
-			h.notify(r, a.Notify)
+			if err := h.notify(r, a.Notify); err != nil {
+				return err
+			}
 			return asynq.RevokeTask
 		case a.OwnedFor > 0:
 			return &limits.DeferredError{Until: time.Now().Add(a.OwnedFor + time.Second), Reason: "a live run owns the delivery"}
@@ -221,6 +226,26 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 	}
 }
 
+// admitOnce runs Admit, sent again (up to three times in a second and a
+// half) when its reply is lost: a call sent again under the run's token is
+// recognised as its own (admitted, parked), where a run of the task again,
+// under a new token, would find the delivery owned by this one and wait
+// for its slot to lapse.
+func (h *handler) admitOnce(ctx context.Context, r *run, req limits.AdmitRequest) (limits.Admission, error) {
+	var a limits.Admission
+	var err error
+	for try, wait := 0, 100*time.Millisecond; ; try, wait = try+1, 4*wait {
+		err = fault(ctx, FaultAdmit, func() (err error) { a, err = h.gates.Admit(ctx, r.keys, req); return err })
+		if err == nil || try == 2 || ctx.Err() != nil {
+			return a, err
+		}
+		h.log.Warn("admit failed; sending it again", "subscriber_id", r.sub, "event_id", r.event, "err", err)
+		if !sleep(ctx, wait) {
+			return a, err
+		}
+	}
+}
+
 // parkBusy parks a delivery whose destination kept every in-flight slot
 // taken for MaxWait: its subscriber's next turn hands it out again when
 // a slot frees.
@@ -228,7 +253,11 @@ func (h *handler) parkBusy(ctx context.Context, r *run, sub *cachedSub) error {
 	if ctx.Err() != nil {
 		return ctx.Err() // shutting down: asynq puts the task back
 	}
-	ok, err := h.gates.Park(context.WithoutCancel(ctx), r.keys, r.event, r.token, tasks.StateScheduled, DeferredInFlight, 0)
+	var ok bool
+	err := fault(ctx, FaultPark, func() (err error) {
+		ok, err = h.gates.Park(context.WithoutCancel(ctx), r.keys, r.event, r.token, tasks.StateScheduled, DeferredInFlight, 0)
+		return err
+	})
 	if err != nil {
 		return h.infra("park", r.sub, err)
 	}
@@ -238,7 +267,9 @@ func (h *handler) parkBusy(ctx context.Context, r *run, sub *cachedSub) error {
 	h.stats.Deferred.Add(1)
 	h.totals.add("deferred:"+DeferredInFlight, 1)
 	h.log.Debug("no in-flight slot freed: parked", "subscriber_id", r.sub, "event_id", r.event, "max_in_flight", sub.MaxInFlight)
-	h.notify(r, time.Now())
+	if err := h.notify(r, time.Now()); err != nil {
+		return err
+	}
 	return asynq.RevokeTask
 }
 
@@ -285,18 +316,21 @@ func (h *handler) infra(what, sub string, err error) error {
 
 // notify tells subscriber r.sub's dispatchers that its schedule needs a
 // turn at at: this process's at once, the region's through its ready
-// index. A failure is logged: the turn then comes at the time the
-// subscriber had, or when its next hand-out's lease lapses.
-func (h *handler) notify(r *run, at time.Time) {
+// index. The ready write is what moves a parked delivery again, so a
+// failed one fails the run (an infrastructure error: asynq keeps the task
+// and runs it again, and that run, told the lot entry's time by Admit,
+// writes it again) instead of letting the task go.
+func (h *handler) notify(r *run, at time.Time) error {
 	if at.IsZero() {
-		return
+		return nil
 	}
 	ctx := context.Background()
 	region := h.keys.QueueRegion(r.queue)
-	if err := h.gates.Notify(ctx, h.keys.Ready(region), r.sub, at); err != nil {
-		h.log.Warn("could not tell the dispatcher; it looks again later", "subscriber_id", r.sub, "err", err)
+	if err := fault(ctx, FaultReadyWrite, func() error { return h.gates.Notify(ctx, h.keys.Ready(region), r.sub, at) }); err != nil {
+		return h.infra("ready index", r.sub, err)
 	}
 	h.disp.poke(region, at)
+	return nil
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

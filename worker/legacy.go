@@ -36,6 +36,8 @@ func (h *handler) adopt(ctx context.Context, r *run, d tasks.Delivery, l *tasks.
 	h.stats.Adopted.Add(1)
 	h.log.Debug("adopted a task of the release before", "task_id", r.taskID)
 	// Its region is its subscriber's; the old queue's name says it.
-	h.notify(r, at)
+	if err := h.notify(r, at); err != nil {
+		return err
+	}
 	return asynq.RevokeTask
 }

@@ -242,7 +242,8 @@ func (h *handler) finish(ctx context.Context, r *run, o outcome) error {
 	var c limits.Committed
 	var err error
 	for try, wait := 0, 100*time.Millisecond; ; try, wait = try+1, 2*wait {
-		if c, err = h.gates.Commit(ctx, r.keys, o.Outcome); err == nil || try == 4 {
+		if err = fault(ctx, FaultCommit, func() (err error) { c, err = h.gates.Commit(ctx, r.keys, o.Outcome); return err }); err == nil ||
+			try == 4 {
 			break
 		}
 		h.stats.CommitErrors.Add(1)
@@ -255,7 +256,9 @@ func (h *handler) finish(ctx context.Context, r *run, o outcome) error {
 	if r.adm.Admitted {
 		h.room.released(r.sub)
 	}
-	h.notify(r, c.Notify)
+	if err := h.notify(r, c.Notify); err != nil {
+		return err
+	}
 	if c.Superseded {
 		h.log.Info("the delivery was taken over by another run: this run's outcome is not written", "subscriber_id", r.sub,
 			"event_id", r.event, "outcome", o.Kind)

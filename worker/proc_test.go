@@ -33,8 +33,9 @@ var (
 	procSeq atomic.Int64 // names each process's race report
 )
 
-// hooklaneBin builds the hooklane binary once per test run (TestMain
-// removes it) and returns its path: under the race detector when the
+// hooklaneBin builds the hooklane command once per test run (TestMain
+// removes it) and returns its path (the root package's test binary, which
+// is the hooklane command under HOOKLANE_TEST_MAIN=1): under the race detector when the
 // tests are (the packages are in the build cache already, so it is a
 // link), so that the paths the real processes drive are race-checked too
 // (startProc fails a test whose process reported a race). make test names
@@ -49,14 +50,17 @@ func hooklaneBin(t testing.TB) string {
 		if binDir, binErr = os.MkdirTemp("", "hooklane-bin-"); binErr != nil || bin != "" {
 			return
 		}
-		args := []string{"build", "-o", filepath.Join(binDir, "hooklane")}
+		// The root package's test binary, as make test builds it: it runs
+		// as the hooklane command under HOOKLANE_TEST_MAIN=1, with the
+		// fault points' switch (HOOKLANE_FAULT) the release build lacks.
+		args := []string{"test", "-c", "-o", filepath.Join(binDir, "hooklane")}
 		if raceBuild {
 			args = append(args, "-race")
 		}
 		cmd := exec.Command("go", append(args, ".")...)
 		cmd.Dir = ".." // the module root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+			binErr = fmt.Errorf("go test -c: %v\n%s", err, out)
 		}
 	})
 	if binErr != nil {
@@ -87,6 +91,8 @@ var crashEnv = []string{
 	"HOOKLANE_CONNECT_TIMEOUT=1s",
 	"HOOKLANE_REQUEST_TIMEOUT=10s",
 	"HOOKLANE_SHUTDOWN_TIMEOUT=2s",
+	"HOOKLANE_RESCUE_INTERVAL=250ms", // the rescuer's sweep in a second, not 5 min
+	"HOOKLANE_RESCUE_SWEEP=1s",
 	"HOOKLANE_ALLOWED_CIDRS=127.0.0.0/8", // the receivers are on loopback
 }
 

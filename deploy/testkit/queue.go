@@ -106,8 +106,9 @@ func QueueSize(t testing.TB, insp *asynq.Inspector, queue string) int {
 }
 
 // Parked is how many of namespace ns's deliveries wait in their
-// subscribers' schedules (parked in a lot, or handed to asynq and not yet
-// taken): what asynq's queues do not show.
+// subscribers' schedules (parked in a lot, handed to asynq and not yet
+// taken, or taken by a run that has not committed): what asynq's queues
+// do not show.
 func Parked(ctx context.Context, rdb redis.UniversalClient, ns string) (int64, error) {
 	keys := tasks.Keys(ns)
 	ids, err := rdb.ZRange(ctx, keys.SubscriberIDs(), 0, -1).Result()
@@ -125,7 +126,11 @@ func Parked(ctx context.Context, rdb redis.UniversalClient, ns string) (int64, e
 		if err != nil {
 			return 0, err
 		}
-		n += lot + out
+		runs, err := rdb.ZCard(ctx, k.Runs).Result()
+		if err != nil {
+			return 0, err
+		}
+		n += lot + out + runs
 	}
 	return n, nil
 }
