@@ -245,7 +245,8 @@ const NotDead Outcome = "not_dead"
 //
 // Each entry is marked as soon as it is enqueued, so a replay cut off
 // halfway (a timeout, a crash) is finished by running the same query again:
-// what was replayed is skipped.
+// what was replayed is skipped, and what was booked but not enqueued (its
+// enqueue failed) is handed out.
 func (p *Producer) Replay(ctx context.Context, q DeadLetterQuery) ([]ReplayOutcome, string, error) {
 	q.IncludeReplayed = false
 	page, next, err := p.deadPage(ctx, q, cmpLimit(q.Limit, 1000))
@@ -299,6 +300,18 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 	// worker that died between the entry and asynq's archive left it to
 	// be tried again, and its delivery clears the entry.
 	if rec, err := p.GetDelivery(ctx, e.SubscriberID, e.Event.ID); err == nil && rec.State != tasks.StateDead {
+		if rec.State == tasks.StatePending {
+			// A replay whose task was never enqueued (its enqueue failed,
+			// or was cut off), retried: handed out again, and marked.
+			t, ok, err := p.handOutAgain(ctx, s, e.Event.ID)
+			if err != nil {
+				o.Error = err.Error()
+				return o
+			}
+			if ok {
+				return p.markReplayed(ctx, e, t.Outcome)
+			}
+		}
 		o.Outcome = NotDead
 		o.Error = fmt.Sprintf("the delivery is %s, not dead: nothing is sent again", rec.State)
 		return o
@@ -317,7 +330,12 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 		o.Error = err.Error()
 		return o
 	}
-	o.Outcome = res.Targets[0].Outcome
+	return p.markReplayed(ctx, e, res.Targets[0].Outcome)
+}
+
+// markReplayed marks e replayed, with the replay's outcome.
+func (p *Producer) markReplayed(ctx context.Context, e tasks.DeadLetter, outcome Outcome) ReplayOutcome {
+	o := ReplayOutcome{TaskID: e.TaskID, Outcome: outcome}
 	e.ReplayedAt = p.nowFunc().UTC()
 	b := tasks.MarshalLedger(e)
 	if err := p.rdb.Set(ctx, p.keys.Ledger(e.TaskID).Entry, b, redis.KeepTTL).Err(); err != nil {

@@ -4,16 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
@@ -63,17 +66,29 @@ func TestEventStoredWithoutDigestStillConflicts(t *testing.T) {
 	}
 }
 
-// failOnce fails the first script call whose keys name key, before it
-// reaches Redis: a step lost to a fault.
+// failOnce fails the first script call one of whose keys or arguments
+// holds key, before it reaches Redis: a step lost to a fault.
 type failOnce struct {
 	key    string
 	failed atomic.Bool
 }
 
+func (h *failOnce) hit(cmd redis.Cmder) bool {
+	if !strings.HasPrefix(cmd.Name(), "eval") {
+		return false
+	}
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.Contains(s, h.key) {
+			return h.failed.CompareAndSwap(false, true)
+		}
+	}
+	return false
+}
+
 func (h *failOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *failOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if strings.HasPrefix(cmd.Name(), "eval") && slices.Contains(cmd.Args(), any(h.key)) && h.failed.CompareAndSwap(false, true) {
+		if h.hit(cmd) {
 			err := errors.New("injected fault")
 			cmd.SetErr(err)
 			return err
@@ -84,7 +99,7 @@ func (h *failOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *failOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			if strings.HasPrefix(cmd.Name(), "eval") && slices.Contains(cmd.Args(), any(h.key)) && h.failed.CompareAndSwap(false, true) {
+			if h.hit(cmd) {
 				err := errors.New("injected fault")
 				for _, c := range cmds {
 					c.SetErr(err)
@@ -97,7 +112,7 @@ func (h *failOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // faulty is a producer on the namespace of b whose first script call
-// naming key fails.
+// holding key fails.
 func (b *bundle) faulty(t *testing.T, key string) *producer.Producer {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
@@ -136,4 +151,163 @@ func TestDeleteRetriedAfterAFaultFinishes(t *testing.T) {
 	if err := p.DeleteSubscriber(ctx, "s"); !errors.Is(err, producer.ErrUnknownSubscriber) {
 		t.Fatalf("a third DELETE: %v, want ErrUnknownSubscriber", err)
 	}
+}
+
+// end ends subscriber s's delivery of event ev as a worker's run does: its
+// record admitted, then committed delivered or dead (with its ledger
+// entry); with letGo, its task let go as asynq does then (deleted, or
+// archived when dead).
+func (b *bundle) end(t *testing.T, s tasks.Subscriber, ev, kind string, letGo bool) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	g, k, tok := limits.NewGates(rdb), tasks.Keys(b.ns).Gates(s.ID), limits.NewToken()
+	a, err := g.Admit(ctx, k, limits.AdmitRequest{EventID: ev, Token: tok, SlotTTL: time.Minute, Pace: b.p.Pace(s)})
+	if err != nil || !a.Admitted {
+		t.Fatalf("admit %s: %+v, %v", ev, a, err)
+	}
+	o := limits.Outcome{EventID: ev, Token: tok, Kind: kind, Dedup: time.Hour, Breaker: limits.BreakerPolicy{}.WithDefaults(),
+		DeliveredAt: time.Now()}
+	if kind == limits.OutcomeDead {
+		se, err := b.p.StoredEvent(ctx, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := tasks.DeadLetter{TaskID: tasks.TaskID(s.ID, ev), SubscriberID: s.ID, Reason: "attempts", Error: "attempt 1 of 1: 500",
+			DeadAt: time.Now().UTC().Truncate(time.Millisecond)}
+		o.TaskID, o.DeadEntry, o.DeadAt = e.TaskID, tasks.DeadLetterPrefix(e, se.Body), e.DeadAt
+	}
+	q, id := b.queue(t, s, ev), tasks.TaskID(s.ID, ev)
+	if _, err := g.Commit(ctx, k, o); err != nil {
+		t.Fatal(err)
+	}
+	if !letGo {
+		return
+	}
+	if kind == limits.OutcomeDead {
+		err = b.insp.ArchiveTask(q, id)
+	} else {
+		err = b.insp.DeleteTask(q, id)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// queue is the asynq queue of the lane subscriber s's delivery of ev was
+// last handed out in.
+func (b *bundle) queue(t *testing.T, s tasks.Subscriber, ev string) string {
+	t.Helper()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	shards, err := b.p.Shards(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lane := rdb.HGet(ctx, tasks.Keys(b.ns).Delivery(s.ID, ev), "q").Val()
+	return tasks.Keys(b.ns).DeliveryQueue(s.Region, s.ID, lane, shards)
+}
+
+// A resend or replay whose enqueue failed leaves its delivery booked
+// (pending, in the out index) with no task: the same call retried hands
+// it out, rather than refusing it as still being delivered, and the
+// subscriber has a turn coming at the hand-out lease's end meanwhile.
+func TestResendRetriedAfterAFailedEnqueueGoes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		kind string
+		call func(p *producer.Producer) (producer.Outcome, error)
+	}{
+		{"resend of a delivered delivery", limits.OutcomeDelivered, func(p *producer.Producer) (producer.Outcome, error) {
+			tg, err := p.Resend(context.Background(), "s", "e1")
+			return tg.Outcome, err
+		}},
+		{"resend of a dead delivery", limits.OutcomeDead, func(p *producer.Producer) (producer.Outcome, error) {
+			tg, err := p.Resend(context.Background(), "s", "e1")
+			return tg.Outcome, err
+		}},
+		{"replay", limits.OutcomeDead, func(p *producer.Producer) (producer.Outcome, error) {
+			out, _, err := p.Replay(context.Background(), producer.DeadLetterQuery{IDs: []string{"s:e1"}})
+			if len(out) != 1 {
+				return "", fmt.Errorf("%d outcomes, %v", len(out), err)
+			}
+			return out[0].Outcome, err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, ctx := setup(t), context.Background()
+			keys := tasks.Keys(b.ns)
+			s := b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test"})
+			if _, err := b.p.Publish(ctx, event("e1", "t"), nil); err != nil {
+				t.Fatal(err)
+			}
+			b.end(t, s, "e1", c.kind, true)
+			p := b.faulty(t, ":t:s:e1") // asynq's enqueue of the task
+			if o, err := c.call(p); err == nil {
+				t.Fatalf("the enqueue's fault: %s, no error; the test did not test", o)
+			}
+			o, err := c.call(p)
+			if err != nil || o != producer.Enqueued {
+				t.Fatalf("retried after the failed enqueue: %s, %v; want enqueued", o, err)
+			}
+			info, err := b.insp.GetTaskInfo(b.queue(t, s, "e1"), "s:e1")
+			if err != nil || info.State != asynq.TaskStatePending {
+				t.Fatalf("the task after the retry: %+v, %v; want it pending", info, err)
+			}
+			rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+			defer rdb.Close()
+			if _, err := rdb.ZScore(ctx, keys.Ready(s.Region), "s").Result(); err != nil {
+				t.Fatalf("no turn for s in the ready index: %v", err)
+			}
+		})
+	}
+}
+
+// A resend that finds the delivery's old task still active when it gives
+// up waiting does not report it enqueued now with nothing sent: it says it
+// goes at the hand-out lease's end, and the subscriber has a turn then that
+// hands it out again.
+func TestResendWhileTheOldTaskStaysActiveStillMoves(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	keys := tasks.Keys(b.ns)
+	s := b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test"})
+	if _, err := b.p.Publish(ctx, event("e1", "t"), nil); err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: redisSrv.Addr}, asynq.Config{Queues: map[string]int{b.queue(t, s, "e1"): 1},
+		Concurrency: 1, LogLevel: asynq.FatalLevel})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		close(started)
+		<-release
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	done := func() { once.Do(func() { close(release); srv.Shutdown() }) }
+	defer done()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old task was not taken in 10s")
+	}
+	b.end(t, s, "e1", limits.OutcomeDelivered, false) // committed; asynq has not let the task go yet
+	before := time.Now()
+	tg, err := b.p.Resend(ctx, "s", "e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.ProcessAt.Before(before.Add(limits.OutLease - 5*time.Second)) {
+		t.Errorf("resent while the old task stayed active: %+v; want it due at the hand-out lease's end", tg)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	at, err := rdb.ZScore(ctx, keys.Ready(s.Region), "s").Result()
+	if err != nil || time.UnixMilli(int64(at)).After(time.Now().Add(limits.OutLease+5*time.Second)) {
+		t.Errorf("s's turn in the ready index: %v, %v; want one by the hand-out lease's end", at, err)
+	}
+	done()
 }
