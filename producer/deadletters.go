@@ -296,6 +296,11 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 		o.Error = err.Error()
 		return o
 	}
+	if e.Gen != "" && e.Gen != s.Gen {
+		o.Error = fmt.Sprintf("%v: subscriber %s was deleted and created again since this dead letter (generation %s, now %s): "+
+			"its event is not sent to the new endpoint; publish it again to send it", ErrSubscriberRecreated, s.ID, e.Gen, s.Gen)
+		return o
+	}
 	// The delivery record, its one owner, says whether it is dead: a
 	// worker that died between the entry and asynq's archive left it to
 	// be tried again, and its delivery clears the entry.

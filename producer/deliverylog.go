@@ -213,6 +213,9 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 			case NotDead:
 				return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrDeliveryActive, eventID, sub, o.Error)
 			case Failed:
+				if entries[0].Gen != "" && entries[0].Gen != s.Gen {
+					return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrSubscriberRecreated, eventID, sub, o.Error)
+				}
 				return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrRedisUnavailable, eventID, sub, o.Error)
 			}
 			return t, nil

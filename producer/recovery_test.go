@@ -311,3 +311,44 @@ func TestResendWhileTheOldTaskStaysActiveStillMoves(t *testing.T) {
 	}
 	done()
 }
+
+// A dead letter carries the generation of its subscriber: after the
+// subscriber is deleted and created again, a replay or resend of it is
+// refused, saying so, and writes nothing; the old event is never sent to
+// the new endpoint.
+func TestReplayAfterTheSubscriberIsCreatedAgainIsRefused(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	keys := tasks.Keys(b.ns)
+	old := b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test"})
+	if _, err := b.p.Publish(ctx, event("e1", "t"), nil); err != nil {
+		t.Fatal(err)
+	}
+	q := b.queue(t, old, "e1")
+	b.end(t, old, "e1", limits.OutcomeDead, true)
+	dl, _, err := b.p.DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: "s"})
+	if err != nil || len(dl) != 1 || dl[0].Gen != old.Gen {
+		t.Fatalf("dead letters %+v, %v; want one of generation %s", dl, err, old.Gen)
+	}
+	if err := b.p.DeleteSubscriber(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	s := b.put(t, tasks.Subscriber{ID: "s", URL: "https://b.test"})
+	out, _, err := b.p.Replay(ctx, producer.DeadLetterQuery{IDs: []string{"s:e1"}})
+	if err == nil || len(out) != 1 || out[0].Outcome != producer.Failed || !strings.Contains(out[0].Error, "created again") {
+		t.Fatalf("replay after the subscriber was created again: %+v, %v; want it refused", out, err)
+	}
+	if _, err := b.p.Resend(ctx, "s", "e1"); !errors.Is(err, producer.ErrSubscriberRecreated) {
+		t.Fatalf("resend after the subscriber was created again: %v; want ErrSubscriberRecreated", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	if g := rdb.HGet(ctx, keys.Delivery("s", "e1"), "g").Val(); g != old.Gen {
+		t.Fatalf("the record's generation %q after the refusals; want the old one's (%s), nothing booked for %s", g, old.Gen, s.Gen)
+	}
+	if info, err := b.insp.GetTaskInfo(q, "s:e1"); err != nil || info.State != asynq.TaskStateArchived {
+		t.Fatalf("the task after the refusals: %+v, %v; want it archived as it was", info, err)
+	}
+	if dl, _, _ := b.p.DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: "s"}); len(dl) != 1 || !dl[0].ReplayedAt.IsZero() {
+		t.Fatalf("the dead letter after the refusals: %+v; want it unreplayed", dl)
+	}
+}
