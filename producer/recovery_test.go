@@ -352,3 +352,30 @@ func TestReplayAfterTheSubscriberIsCreatedAgainIsRefused(t *testing.T) {
 		t.Fatalf("the dead letter after the refusals: %+v; want it unreplayed", dl)
 	}
 }
+
+// A replay that stores its event again (its payload expired meanwhile)
+// stores its digest: a publish of the id with other data is refused.
+func TestReplayStoresTheEventsDigest(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	keys := tasks.Keys(b.ns)
+	s := b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test"})
+	if _, err := b.p.Publish(ctx, event("e1", "t"), nil); err != nil {
+		t.Fatal(err)
+	}
+	b.end(t, s, "e1", limits.OutcomeDead, true)
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	rdb.Del(ctx, keys.Event("e1")) // past its retention
+	if out, _, err := b.p.Replay(ctx, producer.DeadLetterQuery{IDs: []string{"s:e1"}}); err != nil || len(out) != 1 || out[0].Outcome != producer.Enqueued {
+		t.Fatalf("replay: %+v, %v", out, err)
+	}
+	ev := event("e1", "t")
+	want, _ := tasks.EventDigest(ev.Type, ev.Data)
+	if got := rdb.HGet(ctx, keys.Event("e1"), tasks.EventFieldDigest).Val(); got != want {
+		t.Fatalf("the replayed event's digest %q, want %q", got, want)
+	}
+	other := tasks.Event{ID: "e1", Type: "t", Data: json.RawMessage(`{"video_id":"other"}`)}
+	if _, err := b.p.Publish(ctx, other, nil); !errors.Is(err, producer.ErrEventConflict) {
+		t.Fatalf("another event under the replayed id: %v; want ErrEventConflict", err)
+	}
+}
