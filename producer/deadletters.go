@@ -220,7 +220,8 @@ func (p *Producer) dropFromIndexes(ctx context.Context, ids []string) {
 // ReplayOutcome is what Replay did with one dead letter.
 type ReplayOutcome struct {
 	TaskID string `json:"task_id"`
-	// Outcome: enqueued; duplicate (already queued again); not_dead (the
+	// Outcome: enqueued; duplicate (already queued again, or another
+	// replay of it is under way: it books it once); not_dead (the
 	// task is queued, running or delivered: the entry was stale, and
 	// nothing is sent again); failed (see Error).
 	Outcome Outcome `json:"outcome"`
@@ -301,6 +302,28 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 			"its event is not sent to the new endpoint; publish it again to send it", ErrSubscriberRecreated, s.ID, e.Gen, s.Gen)
 		return o
 	}
+	c, o, ok := p.claimReplay(ctx, e)
+	if !ok {
+		return o
+	}
+	o, marked := p.replayClaimed(ctx, e, s, &c)
+	if err := p.endReplay(ctx, c, marked); err != nil && o.Error == "" {
+		// Enqueued but not marked: a second replay finds the task queued
+		// and reports not_dead.
+		o.Error = "replayed, but not marked: " + err.Error()
+	}
+	return o
+}
+
+// replayClaimed replays e, claimed by c, to subscriber s; marked is the
+// entry marked replayed, nil when it is not to be (nothing was sent).
+func (p *Producer) replayClaimed(ctx context.Context, e tasks.DeadLetter, s tasks.Subscriber, c *replayClaim) (o ReplayOutcome, marked []byte) {
+	o = ReplayOutcome{TaskID: e.TaskID, Outcome: Failed}
+	mark := func(out Outcome) (ReplayOutcome, []byte) {
+		e.ReplayedAt = p.nowFunc().UTC()
+		o.Outcome = out
+		return o, tasks.MarshalLedger(e)
+	}
 	// The delivery record, its one owner, says whether it is dead: a
 	// worker that died between the entry and asynq's archive left it to
 	// be tried again, and its delivery clears the entry.
@@ -311,49 +334,38 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 			t, ok, err := p.handOutAgain(ctx, s, e.Event.ID)
 			if err != nil {
 				o.Error = err.Error()
-				return o
+				return o, nil
 			}
 			if ok {
-				return p.markReplayed(ctx, e, t.Outcome)
+				return mark(t.Outcome)
 			}
 		}
 		o.Outcome = NotDead
 		o.Error = fmt.Sprintf("the delivery is %s, not dead: nothing is sent again", rec.State)
-		return o
+		return o, nil
 	} else if err != nil && !errors.Is(err, ErrUnknownDelivery) {
 		o.Error = err.Error()
-		return o
+		return o, nil
 	}
 	// An entry of the release before keeps its attempts in a list: move
 	// them into the entry, so that the replay's own attempts start apart.
-	if err := p.archiveAttempts(ctx, &e); err != nil {
+	b, err := p.archiveAttempts(ctx, &e)
+	if err != nil {
 		o.Error = err.Error()
-		return o
+		return o, nil
 	}
+	c.sha = sha1hex(b)
 	res, err := p.fanOut(ctx, *e.Event, nil, []tasks.Subscriber{s}, true)
 	if err != nil {
 		o.Error = err.Error()
-		return o
+		return o, nil
 	}
-	return p.markReplayed(ctx, e, res.Targets[0].Outcome)
-}
-
-// markReplayed marks e replayed, with the replay's outcome.
-func (p *Producer) markReplayed(ctx context.Context, e tasks.DeadLetter, outcome Outcome) ReplayOutcome {
-	o := ReplayOutcome{TaskID: e.TaskID, Outcome: outcome}
-	e.ReplayedAt = p.nowFunc().UTC()
-	b := tasks.MarshalLedger(e)
-	if err := p.rdb.Set(ctx, p.keys.Ledger(e.TaskID).Entry, b, redis.KeepTTL).Err(); err != nil {
-		// Enqueued but not marked: a second replay finds the task queued
-		// and reports not_dead.
-		o.Error = "replayed, but not marked: " + err.Error()
-	}
-	return o
+	return mark(res.Targets[0].Outcome)
 }
 
 // archiveAttempts moves the attempt list of e (an entry of the release
 // before) into its entry; an entry of this release has them already.
-func (p *Producer) archiveAttempts(ctx context.Context, e *tasks.DeadLetter) error {
+func (p *Producer) archiveAttempts(ctx context.Context, e *tasks.DeadLetter) ([]byte, error) {
 	lk := p.keys.Ledger(e.TaskID)
 	entry, list := lk.Entry, lk.Attempts
 	b := tasks.MarshalLedger(*e) // e.Attempts was read from the list
@@ -363,9 +375,9 @@ func (p *Producer) archiveAttempts(ctx context.Context, e *tasks.DeadLetter) err
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
-	return nil
+	return b, nil
 }
 
 // DeleteDeadLetter removes a ledger entry (not the asynq archive's copy).

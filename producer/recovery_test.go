@@ -379,3 +379,53 @@ func TestReplayStoresTheEventsDigest(t *testing.T) {
 		t.Fatalf("another event under the replayed id: %v; want ErrEventConflict", err)
 	}
 }
+
+// Two replays of one dead letter at once book it once: one claims the
+// entry and replays it, the other is told it is a duplicate; the record
+// counts one resend, and the entry is marked replayed.
+func TestConcurrentReplaysOfOneEntryBookOnce(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	keys := tasks.Keys(b.ns)
+	s := b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test"})
+	const n = 10
+	for i := range n {
+		ev := fmt.Sprintf("e%d", i)
+		if _, err := b.p.Publish(ctx, event(ev, "t"), nil); err != nil {
+			t.Fatal(err)
+		}
+		b.end(t, s, ev, limits.OutcomeDead, true)
+	}
+	other := b.faulty(t, "no fault") // a second producer, as another API server
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	for i := range n {
+		ev := fmt.Sprintf("e%d", i)
+		var outs [2][]producer.ReplayOutcome
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for j, p := range []*producer.Producer{b.p, other} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				outs[j], _, _ = p.Replay(ctx, producer.DeadLetterQuery{IDs: []string{"s:" + ev}})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		enqueued := 0
+		for _, o := range outs {
+			for _, r := range o {
+				if r.Outcome == producer.Enqueued {
+					enqueued++
+				}
+			}
+		}
+		if r := rdb.HGet(ctx, keys.Delivery("s", ev), "r").Val(); r != "1" || enqueued != 1 {
+			t.Fatalf("%s replayed twice at once: resends %q, outcomes %+v; want one booking, one enqueued", ev, r, outs)
+		}
+		if dl, _, _ := b.p.DeadLetters(ctx, producer.DeadLetterQuery{IDs: []string{"s:" + ev}, IncludeReplayed: true}); len(dl) != 1 || dl[0].ReplayedAt.IsZero() {
+			t.Fatalf("%s: entry %+v; want it marked replayed", ev, dl)
+		}
+	}
+}
