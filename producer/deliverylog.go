@@ -248,20 +248,21 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 
 // handOutAgain hands out again subscriber s's delivery of event eventID
 // when its record says it was handed out (pending in a lane, of s's
-// generation) and asynq has no task waiting to run it: a resend or replay
+// generation, no run's) and asynq has no task waiting to run it: a resend or replay
 // whose enqueue failed or was cut off, retried. The ready index is told
 // first, at the hand-out lease's end, so that the delivery moves even if
 // this enqueue fails too. ok is false, nothing done, when a task of it
 // waits to run or the record says otherwise: the delivery is under way.
 func (p *Producer) handOutAgain(ctx context.Context, s tasks.Subscriber, eventID string) (Target, bool, error) {
-	v, err := p.rdb.HMGet(ctx, p.keys.Delivery(s.ID, eventID), "g", "s", "q").Result()
+	v, err := p.rdb.HMGet(ctx, p.keys.Delivery(s.ID, eventID), "g", "s", "q", "tk").Result()
 	if err != nil {
 		return Target{}, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	gen, _ := v[0].(string)
 	state, _ := v[1].(string)
 	lane, _ := v[2].(string)
-	if gen != s.Gen || state != tasks.StatePending || (lane != limits.WhereFresh && lane != limits.WhereBacklog) {
+	owner, _ := v[3].(string) // a run has it (waiting for its rate slot)
+	if gen != s.Gen || state != tasks.StatePending || owner != "" || (lane != limits.WhereFresh && lane != limits.WhereBacklog) {
 		return Target{}, false, nil
 	}
 	shards, err := p.shards(ctx)

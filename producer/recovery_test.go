@@ -429,3 +429,31 @@ func TestConcurrentReplaysOfOneEntryBookOnce(t *testing.T) {
 		}
 	}
 }
+
+// A resend of a delivery under way is still refused: one whose task waits
+// in asynq, and one a run holds (waiting for its rate slot), task or not.
+func TestResendOfADeliveryUnderWayIsRefused(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	keys := tasks.Keys(b.ns)
+	s := b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test"})
+	if _, err := b.p.Publish(ctx, event("e1", "t"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.p.Resend(ctx, "s", "e1"); !errors.Is(err, producer.ErrDeliveryActive) {
+		t.Fatalf("resend while its task waits: %v; want ErrDeliveryActive", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	if err := rdb.HSet(ctx, keys.Delivery("s", "e1"), "tk", limits.NewToken()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.insp.DeleteTask(b.queue(t, s, "e1"), "s:e1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.p.Resend(ctx, "s", "e1"); !errors.Is(err, producer.ErrDeliveryActive) {
+		t.Fatalf("resend while a run holds it: %v; want ErrDeliveryActive", err)
+	}
+	if _, err := b.insp.GetTaskInfo(b.queue(t, s, "e1"), "s:e1"); !errors.Is(err, asynq.ErrTaskNotFound) {
+		t.Fatalf("the refused resend enqueued a task: %v", err)
+	}
+}
