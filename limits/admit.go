@@ -30,7 +30,8 @@ import (
 //	  over from a run that died), spent before (c), max attempts, horizon
 //	  ms, due ms, published ms, type, requests (n), config version, now ms,
 //	  when an operator ended the cooldown it would still wait for (ce: its
-//	  request goes early because of it; "" none)}
+//	  request goes early because of it; "" none), the subscriber's
+//	  generation (the record's)}
 //	1 drop: nothing to send (no such subscriber, another generation, no
 //	  record, delivered, or owned by another run's parked copy) {1, why}
 //	2 dead already: archive this copy {2}
@@ -77,7 +78,7 @@ local function parked_at()
   return tonumber(redis.call('ZSCORE', k.lot, ev) or '-1')
 end
 local function admitted(flags, spent, requests)
-  return {0, flags, spent, d[5] or '1', d[4] or '0', d[7] or '0', d[8] or '0', d[9] or '', requests, f.cv or '', now, d[13] or ''}
+  return {0, flags, spent, d[5] or '1', d[4] or '0', d[7] or '0', d[8] or '0', d[9] or '', requests, f.cv or '', now, d[13] or '', f.gen}
 end
 local flags = ''
 if d[11] == token then return {6, d[2], parked_at()} end -- parked by this run: a retried call
@@ -189,6 +190,9 @@ type Admission struct {
 	// would still be waiting for (Gates.EndCooldown): its request goes
 	// early because of it, and its attempt says so. Zero: not so.
 	CooldownEndedAt time.Time
+	// Gen is the subscriber's generation, the record's: the configuration
+	// a request is sent with must be of it.
+	Gen string
 
 	Drop        string        // not empty: nothing to send, why
 	DeadAlready bool          // the record is dead: this copy belongs in the archive
@@ -299,6 +303,9 @@ func admission(res []any, err error) (Admission, error) {
 		}
 		a := Admission{Admitted: true, EventType: r[7], ConfigVersion: r[9], Expires: ms(4), Due: ms(5), Published: ms(6), Now: ms(10),
 			CooldownEndedAt: ms(11)}
+		if len(r) > 12 {
+			a.Gen = r[12]
+		}
 		for _, c := range r[1] {
 			switch c {
 			case 'p':

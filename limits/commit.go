@@ -110,10 +110,10 @@ type Committed struct {
 // first gap ms, 13 max gap ms, 14 disable after ms (0 never), 15 error
 // text, 16 adaptive factor, 17 floor, 18 increase per ms, 19 reason, 20
 // latency ms (0 none), 21 dedup ms, 22 counters ("field n field n …"), 23
-// dead entry prefix, 24 task id, 25 retention ms, 26 report sample, 27
-// dead at (ms: the entry's dead_at, its index score; 0: now), 28 the
-// hand-out lease ms (an interrupted run's delivery waits in out for its
-// task, put back in asynq).
+// dead entry prefix (without "gen": the record's is added), 24 task id,
+// 25 retention ms, 26 report sample, 27 dead at (ms: the entry's dead_at,
+// its index score; 0: now), 28 the hand-out lease ms (an interrupted
+// run's delivery waits in out for its task, put back in asynq).
 // Reply {result, notify ms, breaker change, since ms}: result "ok",
 // "superseded", or "again" (this run's outcome was committed before: the
 // reply it had, nothing written again).
@@ -300,7 +300,10 @@ elseif kind == 'dead' then
   for i = 1, #h, 2 do
     if string.sub(h[i], 1, 2) == 'a:' then parts[#parts + 1] = '"' .. string.sub(h[i], 3) .. '":' .. h[i + 1] end
   end
-  local entry = ARGV[23] .. ',"a":{' .. table.concat(parts, ',') .. '}}'
+  -- the generation it was booked for: a replay sends it to no other
+  local gen = ''
+  if d[5] then gen = ',"gen":' .. cjson.encode(d[5]) end
+  local entry = ARGV[23] .. gen .. ',"a":{' .. table.concat(parts, ',') .. '}}'
   local retention = tonumber(ARGV[25])
   if retention > 0 then
     redis.call('SET', k.ledger, entry, 'PX', retention)

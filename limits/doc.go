@@ -128,8 +128,9 @@
 //	log       stream of the deliveries in publish order. As long as the
 //	          longest record it lists, and at most 10 min more (a booking
 //	          that lengthens it adds 10 min, so the next need not).
-//	stats, dead:<event>, dead-index, opsdead, opsdead:ids: counters and
-//	          dead letters (tasks/keys.go).
+//	stats, dead:<event>, replaying:<event>, dead-index, opsdead,
+//	          opsdead:ids: counters, dead letters and their replays' claims
+//	          (tasks/keys.go).
 //
 // Per region, in slot {<ns>:ready:<region>}: ready (zset subscriber → next
 // turn, Unix ms) and its claims (zset subscriber → claim end); an entry

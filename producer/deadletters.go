@@ -220,7 +220,8 @@ func (p *Producer) dropFromIndexes(ctx context.Context, ids []string) {
 // ReplayOutcome is what Replay did with one dead letter.
 type ReplayOutcome struct {
 	TaskID string `json:"task_id"`
-	// Outcome: enqueued; duplicate (already queued again); not_dead (the
+	// Outcome: enqueued; duplicate (already queued again, or another
+	// replay of it is under way: it books it once); not_dead (the
 	// task is queued, running or delivered: the entry was stale, and
 	// nothing is sent again); failed (see Error).
 	Outcome Outcome `json:"outcome"`
@@ -245,7 +246,8 @@ const NotDead Outcome = "not_dead"
 //
 // Each entry is marked as soon as it is enqueued, so a replay cut off
 // halfway (a timeout, a crash) is finished by running the same query again:
-// what was replayed is skipped.
+// what was replayed is skipped, and what was booked but not enqueued (its
+// enqueue failed) is handed out.
 func (p *Producer) Replay(ctx context.Context, q DeadLetterQuery) ([]ReplayOutcome, string, error) {
 	q.IncludeReplayed = false
 	page, next, err := p.deadPage(ctx, q, cmpLimit(q.Limit, 1000))
@@ -295,32 +297,17 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 		o.Error = err.Error()
 		return o
 	}
-	// The delivery record, its one owner, says whether it is dead: a
-	// worker that died between the entry and asynq's archive left it to
-	// be tried again, and its delivery clears the entry.
-	if rec, err := p.GetDelivery(ctx, e.SubscriberID, e.Event.ID); err == nil && rec.State != tasks.StateDead {
-		o.Outcome = NotDead
-		o.Error = fmt.Sprintf("the delivery is %s, not dead: nothing is sent again", rec.State)
-		return o
-	} else if err != nil && !errors.Is(err, ErrUnknownDelivery) {
-		o.Error = err.Error()
+	if e.Gen != "" && e.Gen != s.Gen {
+		o.Error = fmt.Sprintf("%v: subscriber %s was deleted and created again since this dead letter (generation %s, now %s): "+
+			"its event is not sent to the new endpoint; publish it again to send it", ErrSubscriberRecreated, s.ID, e.Gen, s.Gen)
 		return o
 	}
-	// An entry of the release before keeps its attempts in a list: move
-	// them into the entry, so that the replay's own attempts start apart.
-	if err := p.archiveAttempts(ctx, &e); err != nil {
-		o.Error = err.Error()
+	c, o, ok := p.claimReplay(ctx, e)
+	if !ok {
 		return o
 	}
-	res, err := p.fanOut(ctx, *e.Event, nil, []tasks.Subscriber{s}, true)
-	if err != nil {
-		o.Error = err.Error()
-		return o
-	}
-	o.Outcome = res.Targets[0].Outcome
-	e.ReplayedAt = p.nowFunc().UTC()
-	b := tasks.MarshalLedger(e)
-	if err := p.rdb.Set(ctx, p.keys.Ledger(e.TaskID).Entry, b, redis.KeepTTL).Err(); err != nil {
+	o, marked := p.replayClaimed(ctx, e, s, &c)
+	if err := p.endReplay(ctx, c, marked); err != nil && o.Error == "" {
 		// Enqueued but not marked: a second replay finds the task queued
 		// and reports not_dead.
 		o.Error = "replayed, but not marked: " + err.Error()
@@ -328,9 +315,57 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 	return o
 }
 
+// replayClaimed replays e, claimed by c, to subscriber s; marked is the
+// entry marked replayed, nil when it is not to be (nothing was sent).
+func (p *Producer) replayClaimed(ctx context.Context, e tasks.DeadLetter, s tasks.Subscriber, c *replayClaim) (o ReplayOutcome, marked []byte) {
+	o = ReplayOutcome{TaskID: e.TaskID, Outcome: Failed}
+	mark := func(out Outcome) (ReplayOutcome, []byte) {
+		e.ReplayedAt = p.nowFunc().UTC()
+		o.Outcome = out
+		return o, tasks.MarshalLedger(e)
+	}
+	// The delivery record, its one owner, says whether it is dead: a
+	// worker that died between the entry and asynq's archive left it to
+	// be tried again, and its delivery clears the entry.
+	if rec, err := p.GetDelivery(ctx, e.SubscriberID, e.Event.ID); err == nil && rec.State != tasks.StateDead {
+		if rec.State == tasks.StatePending {
+			// A replay whose task was never enqueued (its enqueue failed,
+			// or was cut off), retried: handed out again, and marked.
+			t, ok, err := p.handOutAgain(ctx, s, e.Event.ID)
+			if err != nil {
+				o.Error = err.Error()
+				return o, nil
+			}
+			if ok {
+				return mark(t.Outcome)
+			}
+		}
+		o.Outcome = NotDead
+		o.Error = fmt.Sprintf("the delivery is %s, not dead: nothing is sent again", rec.State)
+		return o, nil
+	} else if err != nil && !errors.Is(err, ErrUnknownDelivery) {
+		o.Error = err.Error()
+		return o, nil
+	}
+	// An entry of the release before keeps its attempts in a list: move
+	// them into the entry, so that the replay's own attempts start apart.
+	b, err := p.archiveAttempts(ctx, &e)
+	if err != nil {
+		o.Error = err.Error()
+		return o, nil
+	}
+	c.sha = sha1hex(b)
+	res, err := p.fanOut(ctx, *e.Event, nil, []tasks.Subscriber{s}, true)
+	if err != nil {
+		o.Error = err.Error()
+		return o, nil
+	}
+	return mark(res.Targets[0].Outcome)
+}
+
 // archiveAttempts moves the attempt list of e (an entry of the release
 // before) into its entry; an entry of this release has them already.
-func (p *Producer) archiveAttempts(ctx context.Context, e *tasks.DeadLetter) error {
+func (p *Producer) archiveAttempts(ctx context.Context, e *tasks.DeadLetter) ([]byte, error) {
 	lk := p.keys.Ledger(e.TaskID)
 	entry, list := lk.Entry, lk.Attempts
 	b := tasks.MarshalLedger(*e) // e.Attempts was read from the list
@@ -340,9 +375,9 @@ func (p *Producer) archiveAttempts(ctx context.Context, e *tasks.DeadLetter) err
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
-	return nil
+	return b, nil
 }
 
 // DeleteDeadLetter removes a ledger entry (not the asynq archive's copy).

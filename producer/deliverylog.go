@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -183,7 +184,9 @@ func (p *Producer) GetEvent(ctx context.Context, id string) (EventRecord, error)
 // delivery that ended (delivered or dead; a dead one is replayed from the
 // dead-letter ledger). It is refused with ErrDeliveryActive while the
 // delivery is under way, and with ErrPayloadExpired once the event's
-// payload is past its retention.
+// payload is past its retention. A resend that failed to enqueue its task
+// (an error, a crash) is finished by calling it again: the delivery booked
+// and not in asynq is handed out again.
 func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, error) {
 	rec, err := p.GetDelivery(ctx, sub, eventID)
 	if err != nil {
@@ -210,10 +213,20 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 			case NotDead:
 				return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrDeliveryActive, eventID, sub, o.Error)
 			case Failed:
+				if entries[0].Gen != "" && entries[0].Gen != s.Gen {
+					return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrSubscriberRecreated, eventID, sub, o.Error)
+				}
 				return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrRedisUnavailable, eventID, sub, o.Error)
 			}
 			return t, nil
 		}
+	case tasks.StatePending:
+		// A resend whose task was never enqueued (its enqueue failed, or
+		// was cut off), retried: handed out again.
+		if t, ok, err := p.handOutAgain(ctx, s, eventID); err != nil || ok {
+			return t, err
+		}
+		fallthrough
 	default:
 		return Target{}, fmt.Errorf("%w: the delivery of %s to %s is %s: it is still being delivered, nothing is sent again",
 			ErrDeliveryActive, eventID, sub, rec.State)
@@ -231,4 +244,46 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 		return Target{}, err
 	}
 	return res.Targets[0], nil
+}
+
+// handOutAgain hands out again subscriber s's delivery of event eventID
+// when its record says it was handed out (pending in a lane, of s's
+// generation, no run's) and asynq has no task waiting to run it: a resend or replay
+// whose enqueue failed or was cut off, retried. The ready index is told
+// first, at the hand-out lease's end, so that the delivery moves even if
+// this enqueue fails too. ok is false, nothing done, when a task of it
+// waits to run or the record says otherwise: the delivery is under way.
+func (p *Producer) handOutAgain(ctx context.Context, s tasks.Subscriber, eventID string) (Target, bool, error) {
+	v, err := p.rdb.HMGet(ctx, p.keys.Delivery(s.ID, eventID), "g", "s", "q", "tk").Result()
+	if err != nil {
+		return Target{}, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	gen, _ := v[0].(string)
+	state, _ := v[1].(string)
+	lane, _ := v[2].(string)
+	owner, _ := v[3].(string) // a run has it (waiting for its rate slot)
+	if gen != s.Gen || state != tasks.StatePending || owner != "" || (lane != limits.WhereFresh && lane != limits.WhereBacklog) {
+		return Target{}, false, nil
+	}
+	shards, err := p.shards(ctx)
+	if err != nil {
+		return Target{}, false, err
+	}
+	t := Target{SubscriberID: s.ID, TaskID: tasks.TaskID(s.ID, eventID), Outcome: Enqueued}
+	leaseEnd := p.nowFunc().Add(limits.OutLease)
+	if err := p.gates.Notify(ctx, p.keys.Ready(s.Region), s.ID, leaseEnd); err != nil {
+		return t, false, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
+	}
+	switch h, err := p.handOut(ctx, s, eventID, lane, shards, true); {
+	case err != nil:
+		t.Outcome, t.Err = Failed, err
+		return t, true, err
+	case h == handedPresent:
+		return Target{}, false, nil
+	case h == handedBusy:
+		t.ProcessAt = limits.CeilSecond(leaseEnd).UTC()
+	}
+	res := &PublishResult{Targets: []Target{t}}
+	err = p.waitReplicas(ctx, res)
+	return res.Targets[0], true, err
 }

@@ -2,6 +2,9 @@ package producer
 
 import (
 	"context"
+	"crypto/sha1" //nolint:gosec // names a body for Redis' sha1hex, not a secret
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -25,10 +28,16 @@ import (
 //     retention.
 
 // KEYS: 1 the event (hash), 2 the release before's copy (a string, read
-// only). ARGV: 1 body, 2 digest ("" none: a resend or replay, which never
-// conflicts), 3 how long to keep it from now at least (ms), then the
-// subscriber ids. Reply {code}: "ok", or "conflict" (another event has
-// the id: nothing written).
+// only). ARGV: 1 body, 2 digest, 3 "1" compare (a publish; a resend or
+// replay never conflicts), 4 how long to keep it from now at least (ms), 5
+// the stored body's check, "<sha1 of the stored body> <its digest>" ("":
+// none yet), then the subscriber ids. Reply {code, body}: "ok", "conflict"
+// (another event has the id: nothing written), or "check" with the stored
+// body, when a publish finds an event stored without a digest (by the
+// release before, or re-stored by a replay of that release) and no check
+// of that body: the caller computes its digest and calls again with ARGV[5]
+// (nothing written but the release before's copy moved into the hash). A missing digest is written once the body's
+// is found equal to the caller's, and with a body the call stores.
 var storeEventScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -44,22 +53,30 @@ if not h[1] then
     h = {string.sub(legacy, i + 1), false, subs}
   end
 end
-if h[1] and h[2] and ARGV[2] ~= '' and h[2] ~= ARGV[2] then return {'conflict'} end
-if not h[1] then
-  redis.call('HSET', KEYS[1], 'b', ARGV[1], 'p', now, 's', '')
-  h = {ARGV[1], false, ''}
+local compare = ARGV[3] == '1'
+if h[1] and not h[2] and compare then
+  -- no digest stored: the body's, once the caller has computed it
+  local sha, digest = string.match(ARGV[5], '^(%S+) (%S+)$')
+  if sha ~= redis.sha1hex(h[1]) then return {'check', h[1]} end
+  if digest ~= ARGV[2] then return {'conflict', ''} end
+  redis.call('HSET', KEYS[1], 'h', digest)
+  h[2] = digest
 end
-if ARGV[2] ~= '' and not h[2] then redis.call('HSET', KEYS[1], 'h', ARGV[2]) end
+if h[1] and compare and h[2] ~= ARGV[2] then return {'conflict', ''} end
+if not h[1] then
+  redis.call('HSET', KEYS[1], 'b', ARGV[1], 'p', now, 's', '', 'h', ARGV[2])
+  h = {ARGV[1], ARGV[2], ''}
+end
 local subs, seen, changed = h[3] or '', {}, false
 for s in string.gmatch(subs, '%S+') do seen[s] = true end
-for i = 4, #ARGV do
+for i = 6, #ARGV do
   if not seen[ARGV[i]] then
     subs, seen[ARGV[i]], changed = subs .. ' ' .. ARGV[i], true, true
   end
 end
 if changed then redis.call('HSET', KEYS[1], 's', subs) end
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
-return {'ok'}`)
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+return {'ok', ''}`)
 
 // EventMargin is how long a stored event outlives the retry horizon of the
 // deliveries that refer to it, at least: a delivery is handed out up to
@@ -73,16 +90,18 @@ const EventMargin = 10 * time.Minute
 // (a publish); a resend or replay sends the event stored, and stores it
 // again only if it expired.
 func (p *Producer) storeEvent(ctx context.Context, ev tasks.Event, subs []tasks.Subscriber, notBefore time.Time, compare bool) error {
-	digest := ""
-	if compare {
-		var err error
-		if digest, err = tasks.EventDigest(ev.Type, ev.Data); err != nil {
-			return &tasks.FieldError{Field: "data", Msg: "not valid JSON"}
-		}
+	// A resend or replay stores its digest too, should it store the event
+	// again: a publish of the id compares with it.
+	digest, err := tasks.EventDigest(ev.Type, ev.Data)
+	if err != nil {
+		return &tasks.FieldError{Field: "data", Msg: "not valid JSON"}
 	}
 	keep := p.cfg.PayloadRetention
-	args := make([]any, 0, 3+len(subs))
-	args = append(args, tasks.EventBody(ev), digest, 0)
+	args := make([]any, 0, 5+len(subs))
+	args = append(args, tasks.EventBody(ev), digest, "0", 0, "")
+	if compare {
+		args[2] = "1"
+	}
 	for _, s := range subs {
 		keep = max(keep, p.horizon(s)+EventMargin)
 		args = append(args, s.ID)
@@ -90,16 +109,47 @@ func (p *Producer) storeEvent(ctx context.Context, ev tasks.Event, subs []tasks.
 	if d := time.Until(notBefore); d > 0 {
 		keep += d
 	}
-	args[2] = keep.Milliseconds()
-	res, err := storeEventScript.Run(ctx, p.rdb, []string{p.keys.Event(ev.ID), p.keys.LegacyEvent(ev.ID)}, args...).StringSlice()
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	if res[0] == "conflict" {
+	args[3] = keep.Milliseconds()
+	keys := []string{p.keys.Event(ev.ID), p.keys.LegacyEvent(ev.ID)}
+	for range 3 {
+		res, err := storeEventScript.Run(ctx, p.rdb, keys, args...).StringSlice()
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+		switch res[0] {
+		case "ok":
+			return nil
+		case "check":
+			// Stored without a digest: compared by the stored body's, which
+			// the next call writes if the body is still the one checked.
+			args[4] = checkStored(res[1])
+			continue
+		}
 		return fmt.Errorf("%w: event %s was published before with another type or other data; an id names one event: "+
 			"publish this one under a new id", ErrEventConflict, ev.ID)
 	}
-	return nil
+	return fmt.Errorf("%w: event %s's stored copy kept changing while it was compared; publish again", ErrRedisUnavailable, ev.ID)
+}
+
+// checkStored is storeEventScript's check of a stored body: its SHA-1 (as
+// Redis' sha1hex) and its digest. A body that does not parse as an event
+// gets a digest no publish has, so the publish conflicts.
+func checkStored(body string) string {
+	digest := "unreadable"
+	var ev tasks.Event
+	if json.Unmarshal([]byte(body), &ev) == nil {
+		if d, err := tasks.EventDigest(ev.Type, ev.Data); err == nil {
+			digest = d
+		}
+	}
+	return sha1hex([]byte(body)) + " " + digest
+}
+
+// sha1hex is b's SHA-1 in hex, as Redis' redis.sha1hex names a value a
+// script compares (a name, not a secret).
+func sha1hex(b []byte) string {
+	sum := sha1.Sum(b) //nolint:gosec // see above
+	return hex.EncodeToString(sum[:])
 }
 
 // StoredEvent reads event id as stored (by this release or the one before).

@@ -51,6 +51,10 @@ var (
 	// id names one event, so that no subscriber is ever sent another
 	// event's body.
 	ErrEventConflict = errors.New("event id conflict")
+	// ErrSubscriberRecreated: a replay or resend of a dead letter whose
+	// subscriber was deleted and created again since: the old event is
+	// not sent to the new endpoint. Nothing was written.
+	ErrSubscriberRecreated = errors.New("subscriber created again since")
 )
 
 // Config configures a Producer. Zero fields take the defaults named.

@@ -259,9 +259,24 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 				// to let go of it (committed before asynq archives or
 				// deletes it), so that it is not left to the hand-out's
 				// 2-minute lease.
-				if enqueued, err := p.HandOut(ctx, s, ev.ID, b.Where, shards, resend); err != nil {
+				if resend && b.New {
+					// A fast-path booking is in the out index with no turn
+					// to come: should its task not be enqueued (a failure,
+					// a crash, an old task still active) a turn at its
+					// lease's end hands it out again. A publish leaves this
+					// to the region's rescuer; a resend is rare.
+					if err := p.gates.Notify(ctx, p.keys.Ready(s.Region), s.ID, b.Due.Add(limits.OutLease)); err != nil {
+						t.Outcome, t.Err = Failed, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
+						break
+					}
+				}
+				switch h, err := p.handOut(ctx, s, ev.ID, b.Where, shards, resend); {
+				case err != nil:
 					t.Outcome, t.Err = Failed, err
-				} else if enqueued && t.Outcome == Duplicate && !p.ended(ctx, s.ID, ev.ID) {
+				case h == handedBusy:
+					// Nothing enqueued: the turn at the lease's end does it.
+					t.ProcessAt = limits.CeilSecond(b.Due.Add(limits.OutLease)).UTC()
+				case h == handedNew && t.Outcome == Duplicate && !p.ended(ctx, s.ID, ev.ID):
 					t.Outcome = Enqueued
 				}
 			}
@@ -314,37 +329,54 @@ func (p *Producer) horizon(s tasks.Subscriber) time.Duration {
 // sent twice) will run it, and an archived one (a dead letter of this
 // delivery replayed or resent, or published again after its record
 // expired) is deleted from the archive so that this one can be enqueued.
+// With wait, an active task of the id (the run of the delivery's last
+// series letting go of it) is waited for a moment.
 //
-// It reports whether it enqueued the task (false: one was there already).
+// It reports whether it enqueued the task (false: one was there already,
+// or an active one stayed: the delivery's hand-out lease brings it back).
 func (p *Producer) HandOut(ctx context.Context, s tasks.Subscriber, eventID, lane string, shards int, wait bool) (bool, error) {
+	h, err := p.handOut(ctx, s, eventID, lane, shards, wait)
+	return h == handedNew, err
+}
+
+// What handOut did.
+type handed int
+
+const (
+	handedNew     handed = iota // enqueued
+	handedPresent               // a task of the id waits to run (or runs: !wait); it runs the delivery
+	handedBusy                  // an active task of the id stayed while waited for: nothing enqueued
+)
+
+func (p *Producer) handOut(ctx context.Context, s tasks.Subscriber, eventID, lane string, shards int, wait bool) (handed, error) {
 	q := p.keys.DeliveryQueue(s.Region, s.ID, lane, shards)
 	id := tasks.TaskID(s.ID, eventID)
 	task := tasks.NewDeliverTask(s.ID, eventID, asynq.TaskID(id), asynq.Queue(q), asynq.MaxRetry(tasks.AsynqMaxRetry))
 	for try := 0; ; try++ {
 		_, err := p.client.EnqueueContext(ctx, task)
 		if err == nil {
-			return true, nil
+			return handedNew, nil
 		}
 		if !errors.Is(err, asynq.ErrTaskIDConflict) && !errors.Is(err, asynq.ErrDuplicateTask) {
-			return false, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
+			return 0, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
 		}
 		if try == 25 {
-			return false, nil // still there: the hand-out's lease brings it back
+			return handedBusy, nil // still there: the hand-out's lease brings it back
 		}
 		info, err := p.inspector.GetTaskInfo(q, id)
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound):
 			continue // gone meanwhile: enqueue it
 		case err != nil:
-			return false, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
+			return 0, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
 		case info.State == asynq.TaskStateActive && wait:
 			time.Sleep(20 * time.Millisecond)
 			continue
 		case info.State != asynq.TaskStateArchived:
-			return false, nil // waiting to run: it runs the delivery
+			return handedPresent, nil // waiting to run: it runs the delivery
 		}
 		if err := p.inspector.DeleteTask(q, id); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
-			return false, fmt.Errorf("%w: freeing the archived task %s: %v", ErrRedisUnavailable, id, err)
+			return 0, fmt.Errorf("%w: freeing the archived task %s: %v", ErrRedisUnavailable, id, err)
 		}
 	}
 }

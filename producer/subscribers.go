@@ -320,15 +320,25 @@ func (p *Producer) Subscribers(ctx context.Context, after string, limit int) ([]
 // DeleteSubscriber removes a subscriber and its gate state. Its queued
 // events are dropped when they come due (counted, not sent, not
 // dead-lettered), also when a subscriber of the same id is created
-// meanwhile: that one is a new generation.
+// meanwhile: that one is a new generation. A deletion cut off halfway (its
+// configuration gone, its gate state not) is finished by deleting again,
+// which then succeeds; deleting what is wholly gone is ErrUnknownSubscriber.
 func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 	// Any id a subscriber may be stored under: one created before "." and
 	// ".." were refused can still be deleted.
 	if err := tasks.ValidateStoredSubscriberID(id); err != nil {
 		return err
 	}
+	// Read before the configuration: a gate record whose configuration is
+	// gone after it was read is a deletion's leftover (a creation writes
+	// the configuration first), and the forget below removes only that
+	// generation's, never one created since.
+	left, err := p.rdb.HGet(ctx, p.keys.Gate(id), "gen").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
 	var gen string
-	err := p.rdb.Watch(ctx, func(tx *redis.Tx) error {
+	err = p.rdb.Watch(ctx, func(tx *redis.Tx) error {
 		cur, ok, err := p.readConfig(ctx, tx, id)
 		if err != nil {
 			return err
@@ -352,10 +362,11 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 		})
 		return err
 	}, p.keys.SubscriberVersion(id))
-	if errors.Is(err, ErrUnknownSubscriber) || errors.Is(err, ErrRedisUnavailable) {
+	if errors.Is(err, ErrUnknownSubscriber) && left != "" {
+		gen = left // a deletion cut off before its forget: finish it
+	} else if errors.Is(err, ErrUnknownSubscriber) || errors.Is(err, ErrRedisUnavailable) {
 		return err
-	}
-	if err != nil {
+	} else if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	// Its gate keys and schedule, only if they are still the deleted

@@ -47,18 +47,25 @@ type DeadLetter struct {
 	Attempts     []Attempt `json:"attempts"`
 	DeadAt       time.Time `json:"dead_at"`
 	ReplayedAt   time.Time `json:"replayed_at,omitzero"`
+	// Gen is the subscriber's generation the delivery was booked for (""
+	// in an entry of a release before): a replay sends it only to that
+	// generation, never to a subscriber deleted and created again since.
+	// Kept in the ledger entry, not shown: the API shows no generation.
+	Gen string `json:"-"`
 }
 
 // ledgerEntry is a dead letter as the ledger keeps it (Keys.Ledger's
 // Entry): DeadLetter's fields with the event as the body it was sent, and
 // the attempts as the delivery record kept them ("a": attempt time in Unix
 // ms → EncodeAttempt), copied from the record by the script that commits
-// the dead state. The release before wrote "attempts" beside it, in a list
-// of their own (LedgerKeys.Attempts).
+// the dead state, which adds the record's generation ("gen") too. The
+// release before wrote "attempts" beside it, in a list of their own
+// (LedgerKeys.Attempts).
 type ledgerEntry struct {
 	TaskID       string                     `json:"task_id"`
 	Queue        string                     `json:"queue,omitempty"`
 	SubscriberID string                     `json:"subscriber_id,omitempty"`
+	Gen          string                     `json:"gen,omitempty"`
 	Event        json.RawMessage            `json:"event,omitempty"`
 	Payload      string                     `json:"payload,omitempty"`
 	Reason       string                     `json:"reason"`
@@ -73,7 +80,7 @@ type ledgerEntry struct {
 // the event's body as sent (nil when there is none: e.Payload then keeps
 // what the task held).
 func DeadLetterPrefix(e DeadLetter, body []byte) string {
-	l := ledgerEntry{TaskID: e.TaskID, Queue: e.Queue, SubscriberID: e.SubscriberID, Payload: e.Payload,
+	l := ledgerEntry{TaskID: e.TaskID, Queue: e.Queue, SubscriberID: e.SubscriberID, Gen: e.Gen, Payload: e.Payload,
 		Reason: e.Reason, Error: e.Error, DeadAt: e.DeadAt, ReplayedAt: e.ReplayedAt}
 	b, _ := json.Marshal(l) // plain data: cannot fail
 	s := string(b)
@@ -108,7 +115,7 @@ func ParseLedger(v string, legacy []string) (DeadLetter, bool) {
 	if json.Unmarshal([]byte(v), &l) != nil {
 		return DeadLetter{}, false
 	}
-	e := DeadLetter{TaskID: l.TaskID, Queue: l.Queue, SubscriberID: l.SubscriberID, Payload: l.Payload, Reason: l.Reason,
+	e := DeadLetter{TaskID: l.TaskID, Queue: l.Queue, SubscriberID: l.SubscriberID, Gen: l.Gen, Payload: l.Payload, Reason: l.Reason,
 		Error: l.Error, DeadAt: l.DeadAt, ReplayedAt: l.ReplayedAt}
 	if len(l.Event) > 0 && string(l.Event) != "null" {
 		var ev Event

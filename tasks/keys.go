@@ -210,6 +210,10 @@ type LedgerKeys struct {
 	// member: task id). Entries whose ledger entry is gone are dropped by
 	// readers and trimmed past the retention.
 	Index string
+	// Claim is a string: the token of the replay (or resend) of the entry
+	// under way, so that two at once book it once. Owner: producer. Lives
+	// while that replay runs, at most a minute (one cut off by a crash).
+	Claim string
 }
 
 // Ledger names the ledger keys of task id "<subscriber>:<event>", in slot
@@ -220,9 +224,11 @@ func (ns Keys) Ledger(taskID string) LedgerKeys {
 	sub, ev, ok := SplitTaskID(taskID)
 	if !ok {
 		tag := string(ns) + ":{" + string(ns) + ":orphans}:"
-		return LedgerKeys{Entry: tag + "dead:" + taskID, Attempts: tag + "attempts:" + taskID, Index: tag + "dead-index"}
+		return LedgerKeys{Entry: tag + "dead:" + taskID, Attempts: tag + "attempts:" + taskID, Index: tag + "dead-index",
+			Claim: tag + "replaying:" + taskID}
 	}
-	return LedgerKeys{Entry: ns.sub(sub, "dead:"+ev), Attempts: ns.sub(sub, "attempts:"+ev), Index: ns.DeadIndex(sub)}
+	return LedgerKeys{Entry: ns.sub(sub, "dead:"+ev), Attempts: ns.sub(sub, "attempts:"+ev), Index: ns.DeadIndex(sub),
+		Claim: ns.sub(sub, "replaying:"+ev)}
 }
 
 // DeadIndex is LedgerKeys.Index of subscriber sub.

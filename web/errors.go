@@ -71,6 +71,8 @@ func toAPIError(err error) *APIError {
 		return apiErr(http.StatusRequestEntityTooLarge, "payload_too_large", "data", "%v", err)
 	case errors.Is(err, producer.ErrBadCursor):
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "cursor", "not a cursor of this list: pass next_cursor as it was answered")
+	case errors.Is(err, producer.ErrSubscriberRecreated):
+		return apiErr(http.StatusConflict, "subscriber_recreated", "", "%v", err)
 	case errors.Is(err, producer.ErrEventConflict):
 		return apiErr(http.StatusConflict, "event_conflict", "id", "%v", err)
 	case errors.Is(err, producer.ErrTooManySecrets):

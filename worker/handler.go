@@ -115,6 +115,11 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 			return h.finish(ctx, r, h.interruption(r, err))
 		}
 	}
+	if r.adm.Gen != "" && sub.Gen != r.adm.Gen {
+		if ended, err := h.otherGeneration(ctx, r, &sub); ended {
+			return err
+		}
+	}
 	if len(r.body) == 0 {
 		return h.finish(ctx, r, h.death(r, DeadUndecodable, fmt.Sprintf("event %s's payload is gone from Redis", r.event), nil))
 	}
@@ -244,6 +249,33 @@ func (h *handler) admitOnce(ctx context.Context, r *run, req limits.AdmitRequest
 			return a, err
 		}
 	}
+}
+
+// otherGeneration runs a delivery admitted for a generation of its
+// subscriber other than the configuration's read (deleted and created
+// again meanwhile, the gate record not yet the new one's): it is never
+// sent with another generation's URL and secrets. The configuration is
+// read again; still another generation's, the delivery is put back, no
+// attempt spent, and looked at again in a second, when Admit drops it
+// once the gate record is the new generation's. ended reports that the
+// run ended (err is its answer to asynq); else sub is the configuration
+// to send with.
+func (h *handler) otherGeneration(ctx context.Context, r *run, sub *cachedSub) (ended bool, err error) {
+	h.subs.forget(r.sub)
+	s, err := h.subscriber(ctx, r.sub, "")
+	if err == nil && s.Gen == r.adm.Gen {
+		*sub = s
+		return false, nil
+	}
+	if err == nil || errors.Is(err, errDeleted) {
+		why := fmt.Sprintf("subscriber %s is of generation %s now, the delivery of %s: not sent with another generation's configuration",
+			r.sub, s.Gen, r.adm.Gen)
+		o := h.interruption(r, nil)
+		o.msg, o.att.Error = "interrupted: "+why, "interrupted: "+why
+		o.answer = &limits.DeferredError{Until: time.Now().Add(time.Second), Reason: why}
+		return true, h.finish(ctx, r, o)
+	}
+	return true, h.finish(ctx, r, h.interruption(r, err))
 }
 
 // parkBusy parks a delivery whose destination kept every in-flight slot
