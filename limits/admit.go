@@ -70,7 +70,9 @@ local function gone(reply)
   return reply
 end
 if not d[1] then return gone({1, 'no delivery record (past its retention)'}) end
-if d[1] ~= f.gen then return {1, 'the subscriber was deleted and created again since'} end
+-- (the record says which generation's the delivery is: one of the new
+-- generation would have replaced it, so out and runs hold the old one)
+if d[1] ~= f.gen then return gone({1, 'the subscriber was deleted and created again since'}) end
 if d[2] == 'delivered' then return gone({1, 'delivered already'}) end
 if d[2] == 'dead' then return gone({2}) end
 local now, t = now_ms()
