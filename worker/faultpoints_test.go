@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -210,4 +211,30 @@ func faultAt(t *testing.T, point, mode string) {
 	}
 	t.Logf("%s/%s: %d events, %d delivered twice", point, mode, len(ids), twice)
 
+}
+
+// The README's fault-point table has a row for every point, and names no
+// other.
+func TestFaultPointsTableInREADME(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, ok := strings.CutPrefix(line, "| `"); ok {
+			if i := strings.Index(name, "`"); i > 0 && strings.Contains(line[:min(len(line), i+6)], "` (") {
+				rows[name[:i]] = true
+			}
+		}
+	}
+	for _, p := range worker.FaultPoints {
+		if !rows[p] {
+			t.Errorf("README's fault-point table has no row for %s", p)
+		}
+		delete(rows, p)
+	}
+	for r := range rows {
+		t.Errorf("README's fault-point table names %s, which is no fault point", r)
+	}
 }
