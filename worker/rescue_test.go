@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -178,4 +179,58 @@ func TestRescuerGivesALostReadyEntryBack(t *testing.T) {
 	})
 	counts, _ := worker.ReadCounters(ctx, b.rdb, b.ns)
 	t.Logf("rescued: %v", counts)
+}
+
+// Issue 32's path 3, black-box with a real worker: a subscriber with one
+// slot is deleted and created again under the same id while its request
+// is held; the request is then answered 500. Before, the old generation's
+// delivery was parked into the new one's lot and handed out every lease,
+// forever, holding the only slot: the re-created subscriber's events
+// waited for it and dead-lettered at their horizon. Now the old
+// generation's outcome parks nothing, and the new events are delivered.
+func TestDeleteAndCreateAgainDuringAHeldRequest(t *testing.T) {
+	var first atomic.Bool
+	release := make(chan struct{})
+	rc := testkit.NewReceiver(t, func(w http.ResponseWriter, r *http.Request, id string) bool {
+		if id == "old" && first.CompareAndSwap(false, true) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(http.StatusInternalServerError)
+			return false
+		}
+		return true
+	})
+	b := procBundle(t)
+	ctx := context.Background()
+	s := tasks.Subscriber{ID: "d", URL: rc.URL, Limit: fast, MaxInFlight: 1}
+	b.put(t, s)
+	b.publish(t, "old", "t")
+	testkit.Eventually(t, 10*time.Second, "the old event's request held", func() bool { return first.Load() })
+	if err := b.p.DeleteSubscriber(ctx, "d"); err != nil {
+		t.Fatal(err)
+	}
+	b.put(t, s)
+	close(release)
+	k := tasks.Keys(b.ns).Gates("d")
+	testkit.Eventually(t, 10*time.Second, "the old run's outcome committed", func() bool {
+		return b.rdb.ZCard(ctx, k.InFlight).Val() == 0
+	})
+	if n := b.rdb.ZCard(ctx, k.Lot).Val(); n != 0 {
+		t.Errorf("the old generation's delivery parked into the new generation's lot (%d entries)", n)
+	}
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, fmt.Sprintf("new%d", i))
+		b.publish(t, ids[i], "t")
+	}
+	testkit.Eventually(t, 20*time.Second, "the new generation's 5 events delivered", func() bool {
+		for _, id := range ids {
+			if b.rdb.HGet(ctx, tasks.Keys(b.ns).Delivery("d", id), "s").Val() != tasks.StateDelivered {
+				return false
+			}
+		}
+		return true
+	})
 }
