@@ -92,7 +92,8 @@
 //
 //	gate      hash: generation, config version, pause, breaker (b_*), effective
 //	          rate (a_*), observed latency (lt), the cooldown an operator last
-//	          ended (ce_at, ce_until). Until the subscriber is deleted.
+//	          ended (ce_at, ce_until), a resume no turn has seen yet (wk).
+//	          Until the subscriber is deleted.
 //	cooldown  Unix ms before which nothing is sent. Until its end + 1 min.
 //	inflight  zset run token → slot expiry. Each slot lives the request timeout
 //	          + MaxWait + 5 s at most; the key a second longer.

@@ -15,27 +15,47 @@ import (
 // index. Overdue finds a subscriber whose earliest time is long past, and
 // the rescuer then gives it a turn if none is due or claimed.
 
-// KEYS: 1 lot, 2 exp, 3 out, 4 runs. ARGV: 1 grace ms. Reply: the
-// earliest score of the four (Unix ms) if it is at least grace ms in the
-// past (Redis' clock), else -1. Reads only.
+// KEYS: 1 lot, 2 exp, 3 out, 4 runs, 5 gate. ARGV: 1 grace ms. Reply:
+// 2 when a resume (gate wk) waits for a turn since more than grace ms;
+// else 1 when the earliest score of the four sets is at least grace ms in
+// the past (Redis' clock); else 0. Reads only.
 var overdueScript = script(`
 local now = now_ms()
+local before = now - tonumber(ARGV[1])
+local wk = tonumber(redis.call('HGET', KEYS[5], 'wk') or '-1')
+if wk >= 0 and wk <= before then return 2 end
 local head = nil
 for i = 1, 4 do
   local z = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
   if z[2] and (not head or tonumber(z[2]) < head) then head = tonumber(z[2]) end
 end
-if head and head <= now - tonumber(ARGV[1]) then return head end
-return -1`)
+if head and head <= before then return 1 end
+return 0`)
 
-// Overdue is the earliest time one of subscriber k's deliveries was to
-// move (see overdueScript), if that was more than grace ago; else zero.
-func (g *Gates) Overdue(ctx context.Context, k GateKeys, grace time.Duration) (time.Time, error) {
-	n, err := overdueScript.Run(ctx, g.rdb, []string{k.Lot, k.Exp, k.Out, k.Runs}, grace.Milliseconds()).Int64()
-	if err != nil || n < 0 {
-		return time.Time{}, err
-	}
-	return time.UnixMilli(n), nil
+// Overdue says whether subscriber k needs a turn it may not have (see
+// overdueScript): Woken, a resume more than grace ago that no turn has
+// seen (its ready entry may be the far horizon's a paused subscriber had);
+// Late, a delivery that was to move more than grace ago (it needs a turn
+// if none is due or claimed).
+func (g *Gates) Overdue(ctx context.Context, k GateKeys, grace time.Duration) (woken, late bool, err error) {
+	n, err := overdueScript.Run(ctx, g.rdb, []string{k.Lot, k.Exp, k.Out, k.Runs, k.Record}, grace.Milliseconds()).Int64()
+	return n == 2, n >= 1, err
+}
+
+// KEYS: 1 gate. Resumes a paused subscriber and notes that it needs a turn
+// (wk: the next turn deletes it, and the rescuer gives one to a subscriber
+// whose wk is older than its grace), in one step: a resume whose write of
+// the ready index is lost (the process that made it died) is not left to
+// the far turn of the horizon its paused schedule had.
+var resumeScript = script(`
+redis.call('HDEL', KEYS[1], 'paused', 'paused_at')
+redis.call('HSET', KEYS[1], 'wk', (now_ms()))
+return 1`)
+
+// Resume ends subscriber k's pause (see resumeScript); write the ready
+// index after it (Notify).
+func (g *Gates) Resume(ctx context.Context, k GateKeys) error {
+	return resumeScript.Run(ctx, g.rdb, []string{k.Record}).Err()
 }
 
 // KEYS: 1 lease. ARGV: 1 holder, 2 lease ms. Takes or keeps the lease for

@@ -43,6 +43,8 @@ if not f.gen then
   return {-1, n, 0}
 end
 local now, t = now_ms()
+-- a resume asked for this turn (Gates.Resume): it has come
+if f.wk then redis.call('HDEL', k.gate, 'wk') end
 redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
 local batch, lease, freshttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {-1, 0, 0}

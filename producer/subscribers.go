@@ -407,7 +407,7 @@ func (p *Producer) SetPaused(ctx context.Context, id string, paused bool) error 
 	if paused {
 		err = p.rdb.HSet(ctx, rec, "paused", tasks.PauseOperator, "paused_at", p.nowFunc().UnixMilli()).Err()
 	} else {
-		err = p.rdb.HDel(ctx, rec, "paused", "paused_at").Err()
+		err = p.gates.Resume(ctx, p.keys.Gates(id))
 	}
 	if err == nil {
 		err = p.listPaused(ctx, id, paused)

@@ -110,7 +110,8 @@ func (ns Keys) IndexKeyOf(filter string) string {
 // "paused" (the pause reason; absent: not paused), "paused_at", the
 // circuit breaker's fields b_* (limits/breaker.go), the effective rate's
 // a_* (limits/adaptive.go), "lt" (the endpoint's observed latency, for
-// the in-flight pace) and "ce_at", "ce_until" (when an operator last ended
+// the in-flight pace), "wk" (a resume no turn has seen yet: the rescuer
+// gives the subscriber one) and "ce_at", "ce_until" (when an operator last ended
 // a running cooldown, and when that cooldown was to end:
 // limits.Gates.EndCooldown). Slot {<id>}. Owner: producer (creation, changes,
 // pause, resume, deletion) and worker (outcomes). Lives until the

@@ -234,3 +234,34 @@ func TestDeleteAndCreateAgainDuringAHeldRequest(t *testing.T) {
 		return true
 	})
 }
+
+// A resume whose write of the ready index is lost (the web process died
+// after the pause ended) is not left to the paused schedule's next turn,
+// its deliveries' horizon: the rescuer gives the subscriber a turn, and
+// the held deliveries go.
+func TestRescuerGivesAResumeItsTurn(t *testing.T) {
+	rc := testkit.NewReceiver(t, func(http.ResponseWriter, *http.Request, string) bool { return true })
+	b := setup(t, worker.Config{RescueInterval: 100 * time.Millisecond, RescueSweep: 100 * time.Millisecond})
+	s := b.put(t, tasks.Subscriber{ID: "r3", URL: rc.URL, Limit: fast, MaxInFlight: 2})
+	ctx := context.Background()
+	if err := b.p.SetPaused(ctx, s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	b.publish(t, "e1", "t")
+	k := tasks.Keys(b.ns)
+	testkit.Eventually(t, 5*time.Second, "e1 held, its next turn at its horizon", func() bool {
+		at, err := b.rdb.ZScore(ctx, k.Ready(""), s.ID).Result()
+		return err == nil && at > float64(time.Now().Add(time.Hour).UnixMilli())
+	})
+	pc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { pc.Close() })
+	pc.AddHook(&loseOnce{match: mentions(k.Ready(""))}) // the resume's ready write
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: pc, Namespace: b.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetPaused(ctx, s.ID, false); err == nil {
+		t.Fatal("resume with its ready write lost: no error")
+	}
+	testkit.Eventually(t, 15*time.Second, "e1 delivered after the resume", func() bool { return rc.Count() == 1 })
+}

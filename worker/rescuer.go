@@ -49,7 +49,9 @@ func (h *handler) rescued(sub, reason string, n int64) {
 // rescuer are: every RescueInterval the worker holding the region's lease
 // looks at the next batch of subscribers (a cursor over every subscriber
 // id, sized so that a sweep takes RescueSweep) and gives a turn to each
-// whose deliveries are overdue without one due or claimed. The turn then
+// whose deliveries are overdue without one due or claimed, or that was
+// resumed more than rescueGrace ago with no turn since (its ready entry
+// may be the far horizon of its paused schedule). The turn then
 // moves them (limits.Turn: a lost run or task handed out again, an ended
 // one dropped). Its cost is one script per subscriber per sweep, whatever
 // the number of deliveries parked: deploy/BENCHMARKS.md states it.
@@ -100,15 +102,15 @@ func (ds *dispatchers) rescuePass(ctx context.Context, region string) (int, erro
 	if err := h.rdb.Set(ctx, h.keys.RescuerCursor(region), next, 0).Err(); err != nil {
 		return 0, err
 	}
-	overdue := make([]bool, len(ids))
+	overdue, woken := make([]bool, len(ids)), make([]bool, len(ids))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for i, id := range ids {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			at, err := h.gates.Overdue(ctx, h.keys.Gates(id), rescueGrace)
-			overdue[i] = err == nil && !at.IsZero()
+			w, late, err := h.gates.Overdue(ctx, h.keys.Gates(id), rescueGrace)
+			overdue[i], woken[i] = err == nil && late, err == nil && w
 		})
 	}
 	wg.Wait()
@@ -129,8 +131,9 @@ func (ds *dispatchers) rescuePass(ctx context.Context, region string) (int, erro
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return rescued, err
 		}
-		if r.Err() == nil || c.Err() == nil {
-			continue // a turn is due or under way
+		soon := float64(time.Now().Add(rescueGrace).UnixMilli())
+		if c.Err() == nil || r.Err() == nil && (!woken[i] || r.Val() <= soon) {
+			continue // a turn is under way, or due (for a resume: soon)
 		}
 		if err := h.gates.Notify(ctx, ready, id, time.Time{}); err != nil {
 			return rescued, err
