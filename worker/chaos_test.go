@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -59,10 +60,9 @@ func TestChaos(t *testing.T) {
 		}
 		subs = append(subs, e.id)
 	}
-	env := chaosEnv
-	var workers [3]*proc
-	for i := range workers {
-		workers[i] = startProc(t, r.URL, ns, env...)
+	ws := &chaosWorkers{url: r.URL, ns: ns}
+	for i := range ws.slots {
+		ws.start(t, i)
 	}
 	plan := chaosPlan(eps, size.events)
 	t.Logf("chaos run %s, seed %d (HOOKLANE_CHAOS_SEED repeats it): %d events to %d subscribers over %s, Redis in %s",
@@ -78,7 +78,9 @@ func TestChaos(t *testing.T) {
 	nextKill := start.Add(between())
 	var actions []string
 	kills, redisDown := 0, time.Duration(0)
-	at := func() string { return fmt.Sprintf("+%.1fs", time.Since(start).Seconds()) }
+	at := func() string {
+		return fmt.Sprintf("+%.1fs (%s)", time.Since(start).Seconds(), time.Now().Format("15:04:05.000"))
+	}
 	for {
 		next := nextKill
 		if end.Before(next) {
@@ -103,12 +105,12 @@ func TestChaos(t *testing.T) {
 			actions = append(actions, fmt.Sprintf("%s Redis kill -9, back on its AOF after %.1fs", when, redisDown.Seconds()))
 			continue
 		}
-		i := rng.IntN(len(workers))
-		when := at()
-		workers[i].kill()
-		workers[i] = startProc(t, r.URL, ns, env...)
+		i := rng.IntN(len(ws.slots))
+		when, pid := at(), ws.slots[i].cmd.Process.Pid
+		ws.slots[i].kill()
+		ws.start(t, i)
 		kills++
-		actions = append(actions, fmt.Sprintf("%s kill -9 worker %d", when, i))
+		actions = append(actions, fmt.Sprintf("%s kill -9 worker %d (pid %d; pid %d started)", when, i, pid, ws.slots[i].cmd.Process.Pid))
 		nextKill = time.Now().Add(between())
 	}
 	time.Sleep(time.Until(end))
@@ -119,7 +121,7 @@ func TestChaos(t *testing.T) {
 	// The drain.
 	drainStart := time.Now()
 	if size.shorten {
-		for _, w := range workers {
+		for _, w := range ws.slots {
 			w.kill()
 		}
 		testkit.Eventually(t, 10*time.Second, "nothing in flight at the receiver and every Retry-After deadline passed", func() bool {
@@ -131,14 +133,14 @@ func TestChaos(t *testing.T) {
 			return true
 		})
 		shortenRecovery(t, rdb, insp, ns, subs, 2*time.Minute+5*time.Second)
-		for i := range workers {
-			workers[i] = startProc(t, r.URL, ns, env...)
+		for i := range ws.slots {
+			ws.start(t, i)
 		}
 		actions = append(actions, fmt.Sprintf("%s every worker killed, leases moved back, three started", at()))
 	}
 	var states []string
 	ended, moved := -1, time.Now()
-	testkit.PollEvery(size.drain, 2*time.Second, func() bool {
+	testkit.PollEvery(size.drain, size.poll, func() bool {
 		if states, err = recordStates(ctx, rdb, ns, plan); err != nil {
 			return false
 		}
@@ -163,9 +165,9 @@ func TestChaos(t *testing.T) {
 	c.refused, c.late = pub.refused.Load(), time.Duration(pub.late.Load())*time.Millisecond
 	c.rescued = rescuedCounts(ctx, rdb, ns)
 	c.took, c.cpu = time.Since(began), cpuTimes()
-	report := c.String(size, seed)
+	report := c.String(size, seed, start)
 	if len(c.stuck) > 0 {
-		stuck := stuckReport(ctx, rdb, insp, ns, c.stuck, c.hits, 5)
+		stuck := stuckReport(ctx, rdb, insp, ns, c.stuck, c.hits, ws.logsAbout, 5)
 		t.Errorf("%d deliveries not final %s after the chaos: the report says where each is stuck", len(c.stuck), drained.Round(time.Second))
 		report += "\n" + stuck
 	}
@@ -211,6 +213,33 @@ func startChaosRedis(t testing.TB) (*deploy.Redis, deploy.RedisOpts) {
 		t.Fatal(err)
 	}
 	return r, opts
+}
+
+// chaosWorkers are the run's three worker slots and every process that
+// filled one, whose logs the stuck deliveries' report searches.
+type chaosWorkers struct {
+	url, ns string
+	slots   [3]*proc
+	all     []*proc
+}
+
+func (w *chaosWorkers) start(t testing.TB, i int) {
+	t.Helper()
+	w.slots[i] = startProc(t, w.url, w.ns, chaosEnv...)
+	w.all = append(w.all, w.slots[i])
+}
+
+// logsAbout is every worker's log lines that name event.
+func (w *chaosWorkers) logsAbout(event string) []string {
+	var out []string
+	for _, p := range w.all {
+		for line := range strings.SplitSeq(p.log.String(), "\n") {
+			if strings.Contains(line, event) {
+				out = append(out, fmt.Sprintf("pid %d: %s", p.cmd.Process.Pid, line))
+			}
+		}
+	}
+	return out
 }
 
 func isClosed(ch chan struct{}) bool {

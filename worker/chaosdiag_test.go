@@ -121,9 +121,9 @@ func rescuedCounts(ctx context.Context, rdb redis.UniversalClient, ns string) st
 // task state), then up to perPath of each in full: the record's fields,
 // its subscriber's schedule entries for it, its task, its subscriber's
 // slots, cooldown, breaker and ready-index entry, and the requests the
-// receiver saw for it.
+// receiver saw for it and the workers' log lines that name it.
 func stuckReport(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Inspector, ns string, stuck []chaosDelivery,
-	hits map[string][]chaosHit, perPath int) string {
+	hits map[string][]chaosHit, logs func(event string) []string, perPath int) string {
 	keys := tasks.Keys(ns)
 	paths := map[string][]string{}
 	for _, d := range stuck {
@@ -165,6 +165,9 @@ func stuckReport(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Ins
 		}
 		fmt.Fprintf(&b, "    subscriber: %s\n", subscriberState(ctx, rdb, ns, d.sub))
 		fmt.Fprintf(&b, "    receiver: %s\n", hitsOf(hits[d.sub+"/"+d.event]))
+		for _, l := range logs(d.event) {
+			fmt.Fprintf(&b, "    log: %s\n", l)
+		}
 		paths[path] = append(paths[path], b.String())
 	}
 	var b strings.Builder

@@ -31,6 +31,7 @@ type chaosSize struct {
 	killMin, killMax time.Duration
 	burstEvery       time.Duration // a 503-bursts endpoint's period (503s for 2 s of it)
 	drain            time.Duration // the longest wait, after the chaos, for every delivery to end
+	poll             time.Duration // how often the drain reads every delivery's record
 	// idle ends the drain early when nothing is left to run (asynq's
 	// queues, the lots and the hand-outs are empty) and no delivery has
 	// ended for this long: what is stranded then stays so.
@@ -43,12 +44,14 @@ type chaosSize struct {
 }
 
 var (
-	// chaosShort is make test's run: under 45 s with the drain.
-	chaosShort = chaosSize{name: "short", events: 1200, span: 20 * time.Second, killMin: 5 * time.Second, killMax: 15 * time.Second,
-		burstEvery: 6 * time.Second, drain: 20 * time.Second, idle: 6 * time.Second, shorten: true}
+	// chaosShort is make test's run, about 30 s with the drain: 24
+	// events to each subscriber, a kill every 4-8 s so that its 15 s see
+	// two or three.
+	chaosShort = chaosSize{name: "short", events: 960, span: 15 * time.Second, killMin: 4 * time.Second, killMax: 8 * time.Second,
+		burstEvery: 6 * time.Second, drain: 20 * time.Second, poll: 500 * time.Millisecond, idle: 6 * time.Second, shorten: true}
 	// chaosFull is make chaos' run (HOOKLANE_CHAOS=full), issue 32's size.
 	chaosFull = chaosSize{name: "full", events: 20000, span: 3 * time.Minute, killMin: 5 * time.Second, killMax: 15 * time.Second,
-		burstEvery: 10 * time.Second, drain: 3 * time.Minute, idle: time.Minute}
+		burstEvery: 10 * time.Second, drain: 3 * time.Minute, poll: 2 * time.Second, idle: time.Minute}
 )
 
 // chaosSizeFromEnv is the size HOOKLANE_CHAOS names (short, the default,
@@ -98,7 +101,7 @@ func chaosSeed(t testing.TB) uint64 {
 const chaosSubscribers = 40
 
 // chaosEndpoints are the forty subscribers' endpoints: 12 fast, 8 slow
-// (200 ms, 2 slots), 8 rate-enforcing (their own bucket at 4/s, burst 2,
+// (200 ms, 2 slots), 8 rate-enforcing (their own bucket at 5/s, burst 3,
 // under the 6/s they are registered with; Retry-After 1 or 2 s; one slot,
 // so that nothing is on its way when a 429 is answered and any request
 // before its deadline is early), 6 with 503 bursts (2 s every burstEvery)
@@ -117,7 +120,7 @@ func chaosEndpoints(s chaosSize) []*chaosEndpoint {
 		return chaosEndpoint{kind: kindSlow, maxInFlight: 2, delay: 200 * time.Millisecond}
 	})
 	add(8, "enforcing", func(i int) chaosEndpoint {
-		return chaosEndpoint{kind: kindEnforcing, maxInFlight: 1, rate: 4, burst: 2, retryAfter: 1 + i%2}
+		return chaosEndpoint{kind: kindEnforcing, maxInFlight: 1, rate: 5, burst: 3, retryAfter: 1 + i%2}
 	})
 	add(6, "bursts", func(i int) chaosEndpoint {
 		return chaosEndpoint{kind: kindBursts, maxInFlight: 5, every: s.burstEvery, burstFor: 2 * time.Second,

@@ -41,7 +41,8 @@ type chaosCount struct {
 
 type kindCount struct {
 	subs, events, requests, duplicates int
-	most, cap                          int // the most requests in flight at one endpoint, and its max_in_flight
+	most, cap                          int       // the most requests in flight at one endpoint, and its max_in_flight
+	last                               time.Time // the last 2xx
 }
 
 func countChaos(eps []*chaosEndpoint, plan []chaosDelivery, states []string) *chaosCount {
@@ -62,6 +63,9 @@ func countChaos(eps []*chaosEndpoint, plan []chaosDelivery, states []string) *ch
 		c.requests += len(tl.hits)
 		c.given += tl.given
 		for _, h := range tl.hits {
+			if h.accepted() && h.at.After(k.last) {
+				k.last = h.at
+			}
 			c.statuses[h.status]++
 			c.hits[e.id+"/"+h.event] = append(c.hits[e.id+"/"+h.event], h)
 		}
@@ -99,7 +103,7 @@ func countChaos(eps []*chaosEndpoint, plan []chaosDelivery, states []string) *ch
 }
 
 // String is the run's report.
-func (c *chaosCount) String(s chaosSize, seed uint64) string {
+func (c *chaosCount) String(s chaosSize, seed uint64, start time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos run %s (seed %d): 3 workers, %d subscribers, %d events (one subscriber each) published over %s; %s in all (%s)\n",
 		s.name, seed, chaosSubscribers, c.published, (s.span * 9 / 10).Round(time.Second), c.took.Round(time.Second), c.cpu)
@@ -113,11 +117,13 @@ func (c *chaosCount) String(s chaosSize, seed uint64) string {
 		c.requests, float64(c.requests)/float64(max(c.published, 1)), c.statuses[http.StatusOK], c.statuses[http.StatusTooManyRequests],
 		c.given, c.statuses[http.StatusServiceUnavailable], c.statuses[0], c.duplicates, len(c.early), len(c.over))
 	fmt.Fprintf(&b, "rescuer: %s\n", c.rescued)
-	fmt.Fprintf(&b, "%-15s %5s %7s %9s %10s %14s\n", "kind", "subs", "events", "requests", "duplicates", "most in flight")
+	fmt.Fprintf(&b, "%-15s %5s %7s %9s %10s %14s %9s\n", "kind", "subs", "events", "requests", "duplicates", "most in flight", "last 2xx")
 	for _, k := range c.kinds {
 		n := c.perKind[k]
-		fmt.Fprintf(&b, "%-15s %5d %7d %9d %10d %11d/%d\n", k, n.subs, n.events, n.requests, n.duplicates, n.most, n.cap)
+		fmt.Fprintf(&b, "%-15s %5d %7d %9d %10d %11d/%-2d %+8.1fs\n", k, n.subs, n.events, n.requests, n.duplicates, n.most, n.cap,
+			n.last.Sub(start).Seconds())
 	}
+	b.WriteString("(last 2xx: from the chaos' start)\n")
 	return strings.TrimRight(b.String(), "\n")
 }
 
