@@ -45,9 +45,9 @@ type chaosSize struct {
 
 var (
 	// chaosShort is make test's run, about 30 s with the drain: 24
-	// events to each subscriber, a kill every 4-8 s so that its 15 s see
+	// events to each subscriber, a kill every 3-6 s so that its 15 s see
 	// two or three.
-	chaosShort = chaosSize{name: "short", events: 960, span: 15 * time.Second, killMin: 4 * time.Second, killMax: 8 * time.Second,
+	chaosShort = chaosSize{name: "short", events: 960, span: 15 * time.Second, killMin: 3 * time.Second, killMax: 6 * time.Second,
 		burstEvery: 6 * time.Second, drain: 20 * time.Second, poll: 500 * time.Millisecond, idle: 6 * time.Second, shorten: true}
 	// chaosFull is make chaos' run (HOOKLANE_CHAOS=full), issue 32's size.
 	chaosFull = chaosSize{name: "full", events: 20000, span: 3 * time.Minute, killMin: 5 * time.Second, killMax: 15 * time.Second,
