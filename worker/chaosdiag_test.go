@@ -148,6 +148,9 @@ func stuckReport(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Ins
 			task = "task unreadable: " + terr.Error()
 		}
 		path := fmt.Sprintf("state=%s, %s, %s", cmpState(rec["s"]), where, task)
+		if final(rec["s"]) {
+			path = "ended since the drain's last look: " + path
+		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "  %s / %s\n    record: %s\n", d.sub, d.event, recordFields(rec))
 		if lotErr == nil {
@@ -235,7 +238,11 @@ func subscriberState(ctx context.Context, rdb redis.UniversalClient, ns, sub str
 	}
 	ready, rerr := rdb.ZScore(ctx, keys.Ready(""), sub).Result()
 	claim, cerr := rdb.ZScore(ctx, keys.Claimed(""), sub).Result()
-	s := fmt.Sprintf("slots %v, cooldown %q, gate %v, lot %d, out %d, fresh %d", slots, rdb.Get(ctx, g.Cooldown).Val(), breaker,
+	cooldown := "none"
+	if v, err := rdb.Get(ctx, g.Cooldown).Result(); err == nil {
+		cooldown = "until " + msTimeString(v)
+	}
+	s := fmt.Sprintf("slots %v, cooldown %s, gate %v, lot %d, out %d, fresh %d", slots, cooldown, breaker,
 		rdb.ZCard(ctx, g.Lot).Val(), rdb.ZCard(ctx, g.Out).Val(), rdb.ZCard(ctx, g.Fresh).Val())
 	if rerr == nil {
 		s += ", ready at " + msTime(ready)
