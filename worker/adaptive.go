@@ -38,10 +38,12 @@ func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, 
 	if ok {
 		until, _, err := h.gates.Cooldown(ctx, r.keys, ra, h.cfg.MaxRetryAfter)
 		if err != nil {
-			// The delivery still waits for its deadline (its own clock);
-			// only the cooldown of the other events is lost.
+			// The delivery still waits for its deadline, counted from the
+			// later of this host's clock and its reading of Redis' (never
+			// early on either); its commit parks it until then and writes
+			// the cooldown for the other events (r.coolLost).
 			h.log.Error("could not record cooldown", "subscriber_id", r.sub, "err", err)
-			until = ra.Deadline(time.Now(), h.cfg.MaxRetryAfter)
+			until, r.coolLost = ra.Deadline(later(time.Now(), r.redisNow()), h.cfg.MaxRetryAfter), true
 		} else {
 			h.totals.cooling(r.sub, until)
 		}
@@ -61,6 +63,13 @@ func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, 
 			}
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // policyMargin is the share of a receiver's announced rate hooklane uses:
