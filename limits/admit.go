@@ -342,7 +342,7 @@ func (g *Gates) Park(ctx context.Context, k GateKeys, eventID, token, state, why
 // KEYS: 1 gate, 2 lot, 3 exp, 4 fresh, 5 record, 6 retry. ARGV: 1 event id, 2 the
 // generation it was published for, 3 max attempts, 4 horizon ms, 5 due
 // ms, 6 published ms, 7 type, 8 attempts spent, 9 its task id (the
-// release before's fresh-lane entry). Reply {1, due}
+// release before's fresh-lane entry), 10 dedup ms. Reply {1, due}
 // adopted: parked in the lot; {0} dropped (another generation, or ended);
 // {2, parked ms or -1} this release's already: nothing written.
 //
@@ -376,7 +376,9 @@ redis.call('ZREM', k.fresh, ARGV[9])
 -- le: the release before may have left a stale dead letter of it
 redis.call('HSET', k.rec, 's', 'scheduled', 'le', 1)
 redis.call('HDEL', k.rec, 'tk', 'w', 'q')
-if redis.call('PTTL', k.rec) < 0 then redis.call('PEXPIRE', k.rec, 86400000) end
+-- it lives as Book's records do: until its horizon + the dedup window
+local ttl = math.max(tonumber(ARGV[4]) - now, 0) + tonumber(ARGV[10])
+if redis.call('PTTL', k.rec) < ttl then redis.call('PEXPIRE', k.rec, ttl) end
 return {1, due}`)
 
 // Legacy is a task of the release before (tasks.LegacyDelivery), as Adopt
@@ -385,6 +387,8 @@ type Legacy struct {
 	EventID, Gen, Type, TaskID string
 	MaxAttempts, Spent         int
 	Published, Due, Expires    time.Time
+	// Dedup is how long the record outlives the horizon (Booking.Dedup).
+	Dedup time.Duration
 }
 
 // Adopted is Adopt's answer.
@@ -406,7 +410,8 @@ type Adopted struct {
 // deleted or created again, or it ended).
 func (g *Gates) Adopt(ctx context.Context, k GateKeys, l Legacy) (Adopted, error) {
 	res, err := g.run(ctx, adoptScript, []string{k.Record, k.Lot, k.Exp, k.Fresh, k.record(l.EventID), k.Retry},
-		l.EventID, l.Gen, l.MaxAttempts, l.Expires.UnixMilli(), l.Due.UnixMilli(), l.Published.UnixMilli(), l.Type, l.Spent, l.TaskID)
+		l.EventID, l.Gen, l.MaxAttempts, l.Expires.UnixMilli(), l.Due.UnixMilli(), l.Published.UnixMilli(), l.Type, l.Spent, l.TaskID,
+		l.Dedup.Milliseconds())
 	if err != nil {
 		return Adopted{}, err
 	}

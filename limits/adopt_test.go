@@ -13,7 +13,7 @@ import (
 func legacy(ev string) limits.Legacy {
 	now := time.Now()
 	return limits.Legacy{EventID: ev, Gen: "g1", Type: "t", TaskID: "s:" + ev, MaxAttempts: 3, Published: now, Due: now,
-		Expires: now.Add(2 * time.Hour)}
+		Expires: now.Add(2 * time.Hour), Dedup: time.Hour}
 }
 
 // A task of the release before run again after its first run adopted it
@@ -52,5 +52,18 @@ func TestAdoptLeavesThisReleasesDeliveryAlone(t *testing.T) {
 	b.book(t, "e3")
 	if a, err = b.g.Adopt(ctx, b.k, legacy("e3")); err != nil || !a.Owned {
 		t.Fatalf("a task of the release before of a delivery this release booked: %+v, %v; want owned", a, err)
+	}
+}
+
+// An adopted record lives as a booked one does: until its horizon + the
+// dedup window, not a fixed day.
+func TestAdoptedRecordLivesUntilItsHorizonAndDedup(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	if a, err := b.g.Adopt(ctx, b.k, legacy("e1")); err != nil || a.Due.IsZero() {
+		t.Fatalf("%+v, %v", a, err)
+	}
+	ttl := b.rdb.PTTL(ctx, b.k.Deliveries+"e1").Val()
+	if want := 3 * time.Hour; ttl < want-time.Minute || ttl > want {
+		t.Fatalf("adopted record lives %v; want its horizon (2h) + the dedup window (1h)", ttl)
 	}
 }

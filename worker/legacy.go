@@ -26,7 +26,7 @@ func (h *handler) adopt(ctx context.Context, r *run, d tasks.Delivery, l *tasks.
 		due = l.NotBefore
 	}
 	a, err := h.gates.Adopt(ctx, r.keys, limits.Legacy{EventID: d.EventID, Gen: l.Gen, Type: l.Event.Type, TaskID: r.taskID,
-		MaxAttempts: l.MaxAttempts, Spent: retried, Published: l.EnqueuedAt, Due: due, Expires: l.ExpiresAt})
+		MaxAttempts: l.MaxAttempts, Spent: retried, Published: l.EnqueuedAt, Due: due, Expires: l.ExpiresAt, Dedup: h.cfg.DedupWindow})
 	if err != nil {
 		return h.infra("adopt", r.sub, err)
 	}
