@@ -2,8 +2,8 @@ package worker
 
 import (
 	"context"
-	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -54,7 +54,9 @@ func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, 
 	if rate := hint.PerSecond() * policyMargin; rate > 0 {
 		want := 0.0 // no cap: the policy allows the configured limit
 		if rate < sub.Limit.PerSecond() {
-			want = math.Round(rate*1000) / 1000
+			// 4 significant digits, not 3 decimals: a quota of a few a
+			// day is under 0.0005/s, and 0 would mean no cap at all.
+			want, _ = strconv.ParseFloat(strconv.FormatFloat(rate, 'g', 4, 64), 64)
 		}
 		if h.caps.due(sub.ID, want) {
 			if err := h.gates.SetRateCap(ctx, r.keys, want); err != nil {
