@@ -43,13 +43,15 @@ const adaptIncreasePerMs = AdaptIncrease / 60000
 const PolicyLifetime = 10 * time.Minute
 
 // SetRateCap records the receiver's own rate (RateLimit-Policy), in
-// requests per second, for PolicyLifetime from now; 0 forgets it.
+// requests per second, for PolicyLifetime from now; 0 forgets it. It is
+// kept as given (a quota of one a day is 1.157e-05/s; the scripts read
+// the exponent).
 func (g *Gates) SetRateCap(ctx context.Context, k GateKeys, perSecond float64) error {
 	if perSecond <= 0 {
 		return g.rdb.HDel(ctx, k.Record, "a_cap", "a_cap_at", "a_cap_until").Err()
 	}
 	now := time.Now()
-	return g.rdb.HSet(ctx, k.Record, "a_cap", strconv.FormatFloat(perSecond, 'f', 3, 64),
+	return g.rdb.HSet(ctx, k.Record, "a_cap", strconv.FormatFloat(perSecond, 'g', -1, 64),
 		"a_cap_at", now.UnixMilli(), "a_cap_until", now.Add(PolicyLifetime).UnixMilli()).Err()
 }
 

@@ -383,8 +383,19 @@ func (g *Gates) Park(ctx context.Context, k GateKeys, eventID, token, state, why
 // KEYS: 1 gate, 2 lot, 3 exp, 4 fresh, 5 record, 6 retry. ARGV: 1 event id, 2 the
 // generation it was published for, 3 max attempts, 4 horizon ms, 5 due
 // ms, 6 published ms, 7 type, 8 attempts spent, 9 its task id (the
-// release before's fresh-lane entry). Reply {1, due} adopted: parked in
-// the lot; {0} dropped (another generation, or ended).
+// release before's fresh-lane entry), 10 dedup ms. Reply {1, due}
+// adopted: parked in the lot; {0} dropped (another generation, or ended);
+// {2, parked ms or -1} this release's already: nothing written.
+//
+// A record with a horizon (x) is this release's: every script of it that
+// writes a record writes x (Book, and this one), the release before never
+// did. Such a record was adopted before (the task's run died before asynq
+// let it go, and asynq runs it again) or booked anew, and this release's
+// scripts own it now: parked, handed out, or in flight under a live run.
+// Adopting it again would take it from that run (its 2xx discarded, the
+// event sent twice), so the task is let go and the record left as it is;
+// the reply says when it is parked for, so that a rerun still tells the
+// dispatcher the first run may not have told.
 var adoptScript = script(`
 local k = {gate = KEYS[1], lot = KEYS[2], exp = KEYS[3], fresh = KEYS[4], rec = KEYS[5], retry = KEYS[6]}
 local gen = redis.call('HGET', k.gate, 'gen')
@@ -392,20 +403,23 @@ if not gen or gen ~= ARGV[2] then return {0} end
 local d = redis.call('HMGET', k.rec, 'g', 's', 'x')
 if d[1] and d[1] ~= gen then return {0} end
 if d[2] == 'delivered' or d[2] == 'dead' then return {0} end
+if d[3] then return {2, tonumber(redis.call('ZSCORE', k.lot, ARGV[1]) or '-1')} end
 if not d[1] then
   redis.call('HSET', k.rec, 'g', gen, 't', ARGV[7], 'p', ARGV[6], 'u', ARGV[5])
 end
-if not d[3] then redis.call('HSET', k.rec, 'x', ARGV[4], 'm', ARGV[3], 'c', ARGV[8]) end
+redis.call('HSET', k.rec, 'x', ARGV[4], 'm', ARGV[3], 'c', ARGV[8])
 local now = now_ms()
 local due = math.max(now, tonumber(ARGV[5]))
 redis.call('ZADD', k.lot, due, ARGV[1])
 lot_kind(k, ARGV[1])
-redis.call('ZADD', k.exp, tonumber(d[3] or ARGV[4]), ARGV[1])
+redis.call('ZADD', k.exp, tonumber(ARGV[4]), ARGV[1])
 redis.call('ZREM', k.fresh, ARGV[9])
 -- le: the release before may have left a stale dead letter of it
 redis.call('HSET', k.rec, 's', 'scheduled', 'le', 1)
 redis.call('HDEL', k.rec, 'tk', 'w', 'q')
-if redis.call('PTTL', k.rec) < 0 then redis.call('PEXPIRE', k.rec, 86400000) end
+-- it lives as Book's records do: until its horizon + the dedup window
+local ttl = math.max(tonumber(ARGV[4]) - now, 0) + tonumber(ARGV[10])
+if redis.call('PTTL', k.rec) < ttl then redis.call('PEXPIRE', k.rec, ttl) end
 return {1, due}`)
 
 // Legacy is a task of the release before (tasks.LegacyDelivery), as Adopt
@@ -414,23 +428,48 @@ type Legacy struct {
 	EventID, Gen, Type, TaskID string
 	MaxAttempts, Spent         int
 	Published, Due, Expires    time.Time
+	// Dedup is how long the record outlives the horizon (Booking.Dedup).
+	Dedup time.Duration
+}
+
+// Adopted is Adopt's answer.
+type Adopted struct {
+	// Due is when the delivery adopted now is due (zero: not adopted).
+	Due time.Time
+	// Owned: the record is this release's already (adopted before, or
+	// booked anew): nothing was written, the task is to be let go. Parked
+	// is when it is parked for in the lot (zero: it is not there: handed
+	// out or in flight).
+	Owned  bool
+	Parked time.Time
 }
 
 // Adopt parks a task of the release before in its subscriber's lot, with
 // what its payload carried that this release keeps in the record (the
 // horizon, the attempt budget), so that a dispatcher hands it out as a
-// task of this release. It reports when the delivery is due (zero: it was
-// dropped: its subscriber was deleted or created again, or it ended).
-func (g *Gates) Adopt(ctx context.Context, k GateKeys, l Legacy) (time.Time, error) {
+// task of this release. A zero answer: it was dropped (its subscriber was
+// deleted or created again, or it ended).
+func (g *Gates) Adopt(ctx context.Context, k GateKeys, l Legacy) (Adopted, error) {
 	res, err := g.run(ctx, adoptScript, []string{k.Record, k.Lot, k.Exp, k.Fresh, k.record(l.EventID), k.Retry},
-		l.EventID, l.Gen, l.MaxAttempts, l.Expires.UnixMilli(), l.Due.UnixMilli(), l.Published.UnixMilli(), l.Type, l.Spent, l.TaskID)
+		l.EventID, l.Gen, l.MaxAttempts, l.Expires.UnixMilli(), l.Due.UnixMilli(), l.Published.UnixMilli(), l.Type, l.Spent, l.TaskID,
+		l.Dedup.Milliseconds())
 	if err != nil {
-		return time.Time{}, err
+		return Adopted{}, err
 	}
 	r := replyStrings(res)
-	if len(r) < 2 || r[0] != "1" {
-		return time.Time{}, nil
+	if len(r) < 2 {
+		return Adopted{}, nil
 	}
 	ms, _ := strconv.ParseInt(r[1], 10, 64)
-	return time.UnixMilli(ms), nil
+	switch r[0] {
+	case "1":
+		return Adopted{Due: time.UnixMilli(ms)}, nil
+	case "2":
+		a := Adopted{Owned: true}
+		if ms >= 0 {
+			a.Parked = time.UnixMilli(ms)
+		}
+		return a, nil
+	}
+	return Adopted{}, nil
 }

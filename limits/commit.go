@@ -16,8 +16,9 @@ const (
 	// attempt is spent and it is parked for its backoff.
 	OutcomeFailed = "failed"
 	// OutcomeThrottled: a 429 (or 503) with a Retry-After (or a spent
-	// quota), its cooldown already recorded (Cooldown): no attempt spent,
-	// parked until the cooldown ends.
+	// quota), its cooldown recorded (Cooldown; else CoolLost): no attempt
+	// spent, parked until the cooldown ends, never before its own deadline
+	// (CoolUntil).
 	OutcomeThrottled = "throttled"
 	// OutcomeProbeFailed: the open breaker's probe failed: no attempt spent
 	// (the failure is the endpoint's), parked behind the others.
@@ -65,6 +66,13 @@ type Outcome struct {
 	AdaptReason                              string        // why, for status
 	Latency                                  time.Duration // the answer's, for the in-flight pace (0: none)
 	Dedup                                    time.Duration // how long an ended record is kept at least
+	// CoolUntil is an OutcomeThrottled run's Retry-After deadline: the
+	// delivery is parked until then at least, whatever the cooldown key
+	// says. CoolLost: the run could not record that cooldown (Cooldown
+	// failed), so Commit writes it, as Cooldown would have, for the
+	// destination's other deliveries to wait too.
+	CoolUntil time.Time
+	CoolLost  bool
 	// PauseGone pauses the subscriber (reason "gone") with the dead letter
 	// of a 410.
 	PauseGone bool
@@ -106,14 +114,15 @@ type Committed struct {
 // sample, 14 the release before's attempt list, 15 retry, 16 runs. ARGV: 1 event id, 2 token,
 // 3 kind, 4 attempt field, 5 attempt, 6 lost field, 7 lost, 8 backoff ms,
 // 9 delivered ms, 10 flags (e endpoint failure, a answered, p probe, s
-// streak, t throttled, g pause gone), 11 breaker failures (-1 off), 12
+// streak, t throttled, g pause gone, c cooldown lost), 11 breaker failures (-1 off), 12
 // first gap ms, 13 max gap ms, 14 disable after ms (0 never), 15 error
 // text, 16 adaptive factor, 17 floor, 18 increase per ms, 19 reason, 20
 // latency ms (0 none), 21 dedup ms, 22 counters ("field n field n …"), 23
 // dead entry prefix (without "gen": the record's is added), 24 task id,
 // 25 retention ms, 26 report sample, 27 dead at (ms: the entry's dead_at,
-// its index score; 0: now), 28 the hand-out lease ms (an interrupted
-// run's delivery waits in out for its task, put back in asynq).
+// its index score; 0: now), 28 the throttled run's deadline (ms, rounded
+// up; 0 none), 29 the hand-out lease ms (an interrupted run's delivery
+// waits in out for its task, put back in asynq).
 // Reply {result, notify ms, breaker change, since ms}: result "ok",
 // "superseded", or "again" (this run's outcome was committed before: the
 // reply it had, nothing written again).
@@ -274,7 +283,15 @@ elseif kind == 'failed' then
   soon(at)
 elseif kind == 'throttled' then
   redis.call('HINCRBY', k.rec, 'c', -1)
-  local at = math.max(tonumber(redis.call('GET', k.cool) or '0'), now)
+  -- never before the run's own deadline, even when the cooldown key
+  -- holds none (the run could not write it, it lapsed); one the run could
+  -- not write is written now, as Gates.Cooldown would have (the later
+  -- deadline kept, until its end + 1 min), for the others to wait too
+  local cool, deadline = tonumber(redis.call('GET', k.cool) or '0'), tonumber(ARGV[28])
+  if has('c') and deadline > cool and deadline > now then
+    redis.call('SET', k.cool, string.format('%d', deadline), 'PX', deadline - now + 60000)
+  end
+  local at = math.max(cool, deadline, now)
   park(k, ev, 'cooling', at, x)
   set('nx', at)
   soon(at)
@@ -286,7 +303,7 @@ elseif kind == 'interrupted' then
   redis.call('HINCRBY', k.rec, 'c', -1)
   set('s', 'pending')
   redis.call('HDEL', k.rec, 'tk')
-  redis.call('ZADD', k.out, now + tonumber(ARGV[28]), ev)
+  redis.call('ZADD', k.out, now + tonumber(ARGV[29]), ev)
 elseif kind == 'dead' then
   set('s', 'dead')
   set('le', 1)
@@ -381,13 +398,26 @@ func unixMilli(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
+// ceilMilli is t in Unix ms rounded up (a deadline never moves earlier),
+// 0 for the zero time.
+func ceilMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	ms := t.UnixMilli()
+	if t.Sub(time.UnixMilli(ms)) > 0 {
+		ms++
+	}
+	return ms
+}
+
 // commitCall is commitScript's keys and arguments for outcome o.
 func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 	var fl []byte
 	for _, f := range [...]struct {
 		c  byte
 		on bool
-	}{{'e', o.EndpointFailure}, {'a', o.Answered}, {'p', o.Probe}, {'s', o.Streak}, {'t', o.Throttled}, {'g', o.PauseGone}} {
+	}{{'e', o.EndpointFailure}, {'a', o.Answered}, {'p', o.Probe}, {'s', o.Streak}, {'t', o.Throttled}, {'g', o.PauseGone}, {'c', o.CoolLost}} {
 		if f.on {
 			fl = append(fl, f.c)
 		}
@@ -414,6 +444,7 @@ func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 	args := []any{o.EventID, o.Token, o.Kind, o.AttemptField, o.Attempt, o.LostField, o.Lost, o.Backoff.Milliseconds(), delivered,
 		string(fl), b.Failures, b.ProbeGap.Milliseconds(), b.MaxProbeGap.Milliseconds(), max(b.DisableAfter, 0).Milliseconds(), errText,
 		AdaptDecrease, adaptFloor, adaptIncreasePerMs, o.AdaptReason, o.Latency.Milliseconds(), o.Dedup.Milliseconds(),
-		string(counters), o.DeadEntry, o.TaskID, o.DeadRetention.Milliseconds(), o.ReportSample, unixMilli(o.DeadAt), OutLease.Milliseconds()}
+		string(counters), o.DeadEntry, o.TaskID, o.DeadRetention.Milliseconds(), o.ReportSample, unixMilli(o.DeadAt), ceilMilli(o.CoolUntil),
+		OutLease.Milliseconds()}
 	return keys, args
 }

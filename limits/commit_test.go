@@ -86,6 +86,37 @@ func TestCommitMovesTheDelivery(t *testing.T) {
 	}
 }
 
+// A 429 whose cooldown the run could not write (Gates.Cooldown failed)
+// still parks its delivery until the run's deadline, not at the empty
+// cooldown key's "now", and the commit writes the cooldown, so that the
+// subscriber's other deliveries wait for it too; one written already is
+// never shortened.
+func TestCommitThrottledKeepsTheRunsDeadline(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	tok := b.taken(t, "lost")
+	deadline := time.Now().Add(time.Minute).Add(300 * time.Microsecond) // in ms, rounded up
+	c := b.commit(t, "lost", tok, limits.Outcome{Kind: limits.OutcomeThrottled, Answered: true, CoolUntil: deadline, CoolLost: true})
+	want := float64(deadline.Truncate(time.Millisecond).Add(time.Millisecond).UnixMilli())
+	if got := b.score(b.k.Lot, "lost"); got != want || c.Notify.UnixMilli() != int64(want) {
+		t.Fatalf("parked at %.0f, notify %v; want the run's deadline %.0f", got, c.Notify, want)
+	}
+	if got := limits.ParseCooldown(b.rdb.Get(ctx, b.k.Cooldown).Val()); got.UnixMilli() != int64(want) {
+		t.Fatalf("cooldown %v; want the run's deadline %v written", got, deadline)
+	}
+	if ttl := b.rdb.PTTL(ctx, b.k.Cooldown).Val(); ttl < time.Minute+50*time.Second || ttl > 2*time.Minute+time.Second {
+		t.Fatalf("cooldown key lives %v; want until its end + 1 min", ttl)
+	}
+
+	// A later cooldown in force is kept: the delivery waits for it.
+	b.rdb.Del(ctx, b.k.Cooldown)
+	tok = b.taken(t, "kept")
+	later, _, _ := b.g.Cooldown(ctx, b.k, limits.RetryAfter{After: 2 * time.Minute}, time.Hour)
+	b.commit(t, "kept", tok, limits.Outcome{Kind: limits.OutcomeThrottled, Answered: true, CoolUntil: deadline, CoolLost: true})
+	if got := b.score(b.k.Lot, "kept"); got != float64(later.UnixMilli()) || b.rdb.Get(ctx, b.k.Cooldown).Val() != strconv.FormatInt(later.UnixMilli(), 10) {
+		t.Fatalf("parked at %.0f, cooldown %s; want the later cooldown %d kept", got, b.rdb.Get(ctx, b.k.Cooldown).Val(), later.UnixMilli())
+	}
+}
+
 // A dead letter is committed with the delivery's dead state: the ledger
 // entry carries every attempt the record kept, the subscriber's index and
 // report batch list it, and it leaves the schedule.

@@ -30,7 +30,8 @@ import (
 // was let go); parked deliveries past their horizon, whatever holds the
 // subscriber (their run dead-letters them); and then (the deliveries
 // parked on a cooldown an operator ended made due first), unless the
-// subscriber is paused or its destination cools down, the due ones: one
+// subscriber is paused or its destination cools down (a probe too waits
+// for the cooldown's end), the due ones: one
 // probe while its breaker is open and the probe is due, else as many as a
 // rate slot within the lead and the in-flight capacity allow.
 var turnScript = script(`
@@ -141,7 +142,7 @@ if f.ce_until and tonumber(f.ce_until) > now then
 end
 if f.paused then
   -- held until resumed (or its horizon, below)
-elseif f.b_open then
+elseif f.b_open and cool <= now then
   local nxt, probe = tonumber(f.b_next) or 0, tonumber(f.b_probe) or 0
   if now >= nxt and probe <= now and handed < batch then
     local head = redis.call('ZRANGEBYSCORE', k.lot, '-inf', now, 'LIMIT', 0, 1)

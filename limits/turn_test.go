@@ -158,6 +158,28 @@ func TestTurnHoldsWhatIsHeld(t *testing.T) {
 	}
 }
 
+// With the breaker open and the destination cooling down (a 429's
+// Retry-After), no probe goes before the cooldown's end, however due it
+// is: the probe is a request like any other. The turn after is at the
+// cooldown's end.
+func TestTurnProbesNotWhileCooling(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.parked(t, 1)
+	now := b.redisNow(t)
+	b.rdb.HSet(ctx, b.k.Record, "b_open", now.UnixMilli(), "b_next", now.UnixMilli())
+	until, _, err := b.g.Cooldown(ctx, b.k, limits.RetryAfter{After: time.Minute}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.turn(t); len(r.Handouts) != 0 || !r.Next.Equal(until) {
+		t.Fatalf("breaker open, probe due, cooling: %+v; want no probe before the cooldown's end %v", r, until)
+	}
+	b.rdb.Del(ctx, b.k.Cooldown)
+	if r := b.turn(t); len(r.Handouts) != 1 || !r.Handouts[0].Probe {
+		t.Fatalf("the cooldown over: %+v; want the probe", r)
+	}
+}
+
 // A slow destination gets no more hand-outs than its slots carry: what is
 // in flight and handed out counts; a freed slot makes room.
 func TestTurnHandsOutWhatTheSlotsCarry(t *testing.T) {

@@ -94,6 +94,13 @@ type Config struct {
 	// lane and region. Default: what the namespace was created with, else
 	// 1 (6 on a Redis Cluster). Workers must agree: see deploy.EnsureLayout.
 	Shards int
+	// MaxWait is the workers' MaxWait (HOOKLANE_MAX_WAIT): the longest a
+	// delivery waits in a worker for its in-flight or rate slot. A publish
+	// hands a delivery straight to asynq (skipping the lot) only when it can
+	// go within it, so give the web processes the workers' value: sized for
+	// a longer wait, the worker parks what a publish handed it. Default 1s
+	// (limits.DefaultMaxWait); negative (HOOKLANE_MAX_WAIT=0): no wait.
+	MaxWait time.Duration
 	// FreshMax is how many of one subscriber's tasks may wait in the fresh
 	// lane at once; while that many do, its new ones go to the backlog
 	// lane, so that a subscriber that publishes a flood does not hold up
@@ -140,6 +147,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxDataSize = cmp.Or(c.MaxDataSize, tasks.MaxDataSize)
 	c.MaxNotBefore = cmp.Or(c.MaxNotBefore, DefaultMaxNotBefore)
 	c.FreshMax = cmp.Or(c.FreshMax, 100)
+	c.MaxWait = cmp.Or(c.MaxWait, limits.DefaultMaxWait)
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, time.Second)
 	c.MaxRegions = cmp.Or(c.MaxRegions, DefaultMaxRegions)
 	if c.Logger == nil {

@@ -399,6 +399,36 @@ func TestBurstBeyondThePaceIsParked(t *testing.T) {
 	}
 }
 
+// A publish's fast path is sized for the workers' wait (Config.MaxWait):
+// for workers that do not wait (HOOKLANE_MAX_WAIT=0) it hands to asynq
+// only what can go at once, the rate's burst, not what a second's lead
+// would allow, which such a worker would only park again.
+func TestFastPathIsSizedForTheWorkersWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := testkit.Namespace("p")
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: ns,
+		MaxWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if _, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 2, Burst: 2, Period: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for i := range 8 {
+		if _, err := p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := p.GetDelivery(ctx, "s", fmt.Sprintf("e%d", i))
+		states = append(states, d.State)
+	}
+	if got := fmt.Sprint(states); got != "[pending pending scheduled scheduled scheduled scheduled scheduled scheduled]" {
+		t.Fatalf("states %s; want the burst of 2 handed out, 6 parked", got)
+	}
+}
+
 // An id names one event. Published again with the same type and the same
 // data as a JSON value (re-serialized, without a timestamp) it is a
 // duplicate; with another type or other data it is refused, naming the

@@ -185,11 +185,17 @@ func (p *Producer) matching(ctx context.Context, t string) ([]tasks.Subscriber, 
 }
 
 // Pace is what subscriber s's deliveries are handed to asynq at (see
-// limits.Pace): its limit and in-flight slots, the fresh lane's share, and
-// the worker's defaults for the lead and the wait for a slot.
+// limits.Pace): its limit and in-flight slots, the fresh lane's share, the
+// workers' wait for a slot (Config.MaxWait) and the lead it allows (none
+// beyond a millisecond when they do not wait), and the worker's default
+// slow start.
 func (p *Producer) Pace(s tasks.Subscriber) limits.Pace {
-	return limits.Pace{Limit: s.Limit, MaxInFlight: s.MaxInFlight, FreshMax: p.cfg.FreshMax, Lead: limits.DefaultLead,
-		MaxWait: limits.DefaultMaxWait, Ramp: limits.DefaultRamp}
+	pace := limits.Pace{Limit: s.Limit, MaxInFlight: s.MaxInFlight, FreshMax: p.cfg.FreshMax, Lead: limits.DefaultLead,
+		MaxWait: max(p.cfg.MaxWait, 0), Ramp: limits.DefaultRamp}
+	if pace.MaxWait == 0 {
+		pace.Lead = time.Millisecond
+	}
+	return pace
 }
 
 // fanOut books ev for subs, in two round trips: the stored event (refused

@@ -153,8 +153,9 @@ func (ns Keys) Gates(id string) limits.GateKeys {
 // the delivery is, its times and every attempt. Slot {<id>}. Owner:
 // producer (the publish or resend that books it) and worker (the run that
 // owns it, the dispatcher that hands it out). Lives until its due time +
-// retry horizon + dedup window; once it ends (delivered, dead), for the
-// dedup window from then if that is longer.
+// retry horizon + dedup window (one adopted from the release before too,
+// or as long as that release gave it if longer); once it ends (delivered,
+// dead), for the dedup window from then if that is longer.
 func (ns Keys) Delivery(id, eventID string) string { return ns.Gates(id).Deliveries + eventID }
 
 // DeliveryLog is a stream of one subscriber's deliveries in the order they

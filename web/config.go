@@ -63,6 +63,11 @@ type Config struct {
 	// SSRF guard refuses their kind: give it the workers' list
 	// (producer.Config.AllowedCIDRs).
 	AllowedCIDRs []netip.Prefix
+	// MaxWait (HOOKLANE_MAX_WAIT) is the workers' longest wait for a slot,
+	// which a publish's fast path is sized for (producer.Config.MaxWait):
+	// give it the workers' value. Default 1s; negative (the variable set
+	// to 0): no wait.
+	MaxWait time.Duration
 	// MaxRegions (HOOKLANE_MAX_REGIONS) is how many regions subscribers may
 	// name, the default one included (producer.Config.MaxRegions). Default 8.
 	MaxRegions int
@@ -183,6 +188,17 @@ func FromEnv() (Config, error) {
 				continue
 			}
 			*dst = d
+		}
+	}
+	if v := os.Getenv("HOOKLANE_MAX_WAIT"); v != "" {
+		// as the worker reads it: 0 is no wait at all
+		switch d, perr := time.ParseDuration(v); {
+		case perr != nil || d < 0 || d > 10*time.Second:
+			err = errors.Join(err, fmt.Errorf("web: HOOKLANE_MAX_WAIT=%q: want a duration from 0 (no wait) to 10s", v))
+		case d == 0:
+			c.MaxWait = -1
+		default:
+			c.MaxWait = d
 		}
 	}
 	if v := os.Getenv("HOOKLANE_METRICS_MAX_SUBSCRIBERS"); v != "" {

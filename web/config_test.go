@@ -38,3 +38,20 @@ func TestFromEnvReadsTheRedisConfig(t *testing.T) {
 		t.Fatalf("FromEnv without the master's name: %v", err)
 	}
 }
+
+// The web process reads HOOKLANE_MAX_WAIT as the worker does, 0 being no
+// wait, for its publishes' fast path (producer.Config.MaxWait).
+func TestFromEnvReadsTheWorkersMaxWait(t *testing.T) {
+	for v, want := range map[string]time.Duration{"0": -1, "250ms": 250 * time.Millisecond} {
+		t.Setenv("HOOKLANE_MAX_WAIT", v)
+		if c, err := web.FromEnv(); err != nil || c.MaxWait != want {
+			t.Fatalf("HOOKLANE_MAX_WAIT=%s: %v, %v; want %v", v, c.MaxWait, err, want)
+		}
+	}
+	for _, v := range []string{"-1s", "11s", "soon"} {
+		t.Setenv("HOOKLANE_MAX_WAIT", v)
+		if _, err := web.FromEnv(); err == nil || !strings.Contains(err.Error(), "HOOKLANE_MAX_WAIT") {
+			t.Fatalf("HOOKLANE_MAX_WAIT=%s: %v, want an error naming it", v, err)
+		}
+	}
+}

@@ -2,8 +2,8 @@ package worker
 
 import (
 	"context"
-	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -39,10 +39,12 @@ func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, 
 		var until time.Time
 		err := fault(ctx, FaultCooldown, func() (err error) { until, _, err = h.gates.Cooldown(ctx, r.keys, ra, h.cfg.MaxRetryAfter); return err })
 		if err != nil {
-			// The delivery still waits for its deadline (its own clock);
-			// only the cooldown of the other events is lost.
+			// The delivery still waits for its deadline, counted from the
+			// later of this host's clock and its reading of Redis' (never
+			// early on either); its commit parks it until then and writes
+			// the cooldown for the other events (r.coolLost).
 			h.log.Error("could not record cooldown", "subscriber_id", r.sub, "err", err)
-			until = ra.Deadline(time.Now(), h.cfg.MaxRetryAfter)
+			until, r.coolLost = ra.Deadline(later(time.Now(), r.redisNow()), h.cfg.MaxRetryAfter), true
 		} else {
 			h.totals.cooling(r.sub, until)
 		}
@@ -53,7 +55,9 @@ func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, 
 	if rate := hint.PerSecond() * policyMargin; rate > 0 {
 		want := 0.0 // no cap: the policy allows the configured limit
 		if rate < sub.Limit.PerSecond() {
-			want = math.Round(rate*1000) / 1000
+			// 4 significant digits, not 3 decimals: a quota of a few a
+			// day is under 0.0005/s, and 0 would mean no cap at all.
+			want, _ = strconv.ParseFloat(strconv.FormatFloat(rate, 'g', 4, 64), 64)
 		}
 		if h.caps.due(sub.ID, want) {
 			if err := h.gates.SetRateCap(ctx, r.keys, want); err != nil {
@@ -62,6 +66,13 @@ func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, 
 			}
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // policyMargin is the share of a receiver's announced rate hooklane uses:

@@ -178,3 +178,36 @@ func TestSpentQuotaWaitsForTheReset(t *testing.T) {
 		t.Errorf("%d 429s; want at most the first window's (before any header was read)", rc.throttled)
 	}
 }
+
+// A receiver whose RateLimit-Policy allows one request a day (under
+// 0.0005/s, which rounded to the thousandth was 0: "no cap") caps the rate
+// all the same: an event waits for the next day's slot.
+func TestTinyRateLimitPolicyStillCaps(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{})
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.Header().Set("RateLimit-Policy", `"day";q=1;w=86400`) })
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: 20, Burst: 2, Period: time.Second}})
+	b.publish(t, "first", "t") // teaches the policy
+	testkit.Eventually(t, 10*time.Second, "the first delivery", func() bool { return s.Count() == 1 })
+	want := 0.95 / 86400
+	var c float64
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("the policy's cap of %.3g/s recorded", want), func() bool {
+		v, _ := b.rdb.HGet(ctx, tasks.Keys(b.ns).Gate("s"), "a_cap").Result()
+		c, _ = strconv.ParseFloat(v, 64)
+		return math.Abs(c-want) < want/100
+	})
+	// The limiter's state from before the cap lets one more go at once
+	// (its burst of one); the next waits, its subscriber's next turn
+	// hours ahead.
+	b.publish(t, "second", "t")
+	b.publish(t, "third", "t")
+	testkit.Eventually(t, 5*time.Second, "the subscriber's next turn hours ahead, an event parked", func() bool {
+		at, err := b.rdb.ZScore(ctx, tasks.Keys(b.ns).Ready(""), "s").Result()
+		parked, _ := b.rdb.ZCard(ctx, tasks.Keys(b.ns).Gates("s").Lot).Result()
+		return err == nil && parked == 1 && time.UnixMilli(int64(at)).After(time.Now().Add(time.Hour))
+	})
+	if n := s.Count(); n > 2 {
+		t.Fatalf("%d requests; want 2 at most", n)
+	}
+}

@@ -79,6 +79,7 @@ func (h *handler) outcomeOf(ctx context.Context, r *run, sub *tasks.Subscriber, 
 		}
 		o := h.base(r, &resp, tasks.StateCooling)
 		o.att.NextAt = r.coolUntil
+		o.CoolUntil, o.CoolLost = r.coolUntil, r.coolLost
 		o.Kind, o.Answered, o.Throttled = limits.OutcomeThrottled, true, resp.status == http.StatusTooManyRequests
 		o.AdaptReason = "429 Too Many Requests at " + r.limit
 		o.msg = what

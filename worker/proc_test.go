@@ -185,6 +185,7 @@ type faultProxy struct {
 	trip    func()
 	tripped bool
 	once    bool // fail only the matching write's connection, then heal
+	sticky  bool // fail every matching write's connection until heal
 	failed  int  // writes failed so, with once
 	conns   []net.Conn
 }
@@ -217,6 +218,22 @@ func (p *faultProxy) failOnce(pattern []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pattern, p.once = pattern, true
+}
+
+// failUntilHealed makes the proxy drop the connection of every command
+// containing pattern, unanswered, until heal: a command fails however
+// often the client retries it.
+func (p *faultProxy) failUntilHealed(pattern []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pattern, p.sticky = pattern, true
+}
+
+// heal ends failUntilHealed.
+func (p *faultProxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pattern, p.sticky = nil, false
 }
 
 func (p *faultProxy) failures() int {
@@ -281,8 +298,10 @@ func (p *faultProxy) forward(c, s net.Conn) {
 			return
 		}
 		k := len(p.pattern)
-		if k > 0 && bytes.Contains(append(prev, chunk...), p.pattern) && p.once {
-			p.pattern, p.once = nil, false
+		if k > 0 && bytes.Contains(append(prev, chunk...), p.pattern) && (p.once || p.sticky) {
+			if p.once {
+				p.pattern, p.once = nil, false
+			}
 			p.failed++
 			p.mu.Unlock()
 			return // closes this connection, the command unanswered

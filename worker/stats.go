@@ -59,8 +59,10 @@ type run struct {
 	admittedAt time.Time
 	body       []byte // the stored event: what the request sends
 	// coolUntil is the cooldown a 429 or 503 with Retry-After (or a spent
-	// quota) set, in Redis' clock, once its headers were read.
+	// quota) set, in Redis' clock, once its headers were read; coolLost:
+	// it could not be written (its commit writes it).
 	coolUntil time.Time
+	coolLost  bool
 }
 
 // redisNow is Redis' clock now, from the clock Admit answered with and the

@@ -3,7 +3,9 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -61,11 +63,20 @@ func v2Publish(t *testing.T, rdb redis.UniversalClient, ns string, shards int, v
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := ev
+	v2Enqueue(t, rdb, ns, shards, v2, now)
+}
+
+// v2Enqueue enqueues v2's task as the release before did, published at
+// now: v2Publish's last step, and what asynq's recovery puts back of a
+// task whose worker died while running it.
+func v2Enqueue(t *testing.T, rdb redis.UniversalClient, ns string, shards int, v2 v2Task, now time.Time) {
+	t.Helper()
+	queue := tasks.Keys(ns).LegacyQueue(v2.sub.Region, v2.lane, tasks.Shard(v2.sub.ID, shards))
+	data := v2.event
 	data.Data = nil
 	payload, _ := json.Marshal(map[string]any{"v": 2, "subscriber_id": v2.sub.ID, "gen": v2.sub.Gen, "max_attempts": 3,
 		"event": data, "payload_ref": true, "enqueued_at": now, "not_before": v2.notBefore, "expires_at": now.Add(24 * time.Hour)})
-	opts := []asynq.Option{asynq.TaskID(taskID), asynq.Queue(queue), asynq.MaxRetry(tasks.AsynqMaxRetry)}
+	opts := []asynq.Option{asynq.TaskID(tasks.TaskID(v2.sub.ID, v2.event.ID)), asynq.Queue(queue), asynq.MaxRetry(tasks.AsynqMaxRetry)}
 	if !v2.notBefore.IsZero() {
 		opts = append(opts, asynq.ProcessAt(v2.notBefore.Truncate(time.Second).Add(time.Second)))
 	}
@@ -182,6 +193,63 @@ func TestPreviousReleasesQueuedWorkIsDelivered(t *testing.T) {
 		if n := testkit.QueueSize(t, asynq.NewInspectorFromRedisClient(rdb), keys.LegacyQueue("", lane, 0)); n != 0 {
 			t.Errorf("the release before's %s queue holds %d tasks", lane, n)
 		}
+	}
+}
+
+// A task of the release before whose worker died after adopting it, and
+// that asynq therefore runs again, finds the delivery this release's,
+// here in flight: the rerun lets the task go and leaves the delivery to
+// its run, whose 2xx ends it. The event is sent once.
+func TestAdoptionRerunLeavesTheRunInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := testkit.Namespace("readopt")
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	release := make(chan struct{})
+	s := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, _ string) bool {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return true
+	})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: "a", URL: s.URL, EventTypes: []string{"t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.HDel(ctx, tasks.Keys(ns).Gate("a"), "cv") // the release before wrote no config version
+	v2 := v2Task{sub: sub, event: tasks.Event{ID: "e1", Type: "t", Timestamp: time.Now().UTC().Truncate(time.Second), Data: json.RawMessage(`{}`)},
+		lane: tasks.LaneBacklog}
+	v2Publish(t, rdb, ns, 1, v2)
+	w, stop := startWorker(t, rdb, ns, worker.Config{})
+	defer stop()
+	testkit.Eventually(t, 20*time.Second, "the adopted delivery's request held at the receiver", func() bool { return s.Count() == 1 })
+
+	// asynq runs the release before's task again (its worker died before
+	// it let the task go), while this release's run holds the request.
+	v2Enqueue(t, rdb, ns, 1, v2, time.Now())
+	insp := asynq.NewInspectorFromRedisClient(rdb)
+	queue := tasks.Keys(ns).LegacyQueue(sub.Region, v2.lane, tasks.Shard(sub.ID, 1))
+	testkit.Eventually(t, 20*time.Second, "the rerun of the release before's task done", func() bool {
+		_, err := insp.GetTaskInfo(queue, tasks.TaskID("a", "e1"))
+		return errors.Is(err, asynq.ErrTaskNotFound)
+	})
+	close(release)
+	testkit.Eventually(t, 20*time.Second, "e1 delivered", func() bool {
+		d, err := p.GetDelivery(ctx, "a", "e1")
+		return err == nil && d.State == tasks.StateDelivered
+	})
+	testkit.Eventually(t, 20*time.Second, "the namespace settled", func() bool { return testkit.Settled(t, rdb, insp, ns) })
+	if n := s.Count(); n != 1 {
+		t.Fatalf("e1 sent %d times; want once: the rerun took the delivery from its run in flight", n)
+	}
+	if d, _ := p.GetDelivery(ctx, "a", "e1"); d.AttemptCount != 1 || w.Stats().Adopted.Load() != 1 {
+		t.Fatalf("record %+v, %d adopted; want one attempt, one adoption", d, w.Stats().Adopted.Load())
 	}
 }
 

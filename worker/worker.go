@@ -77,7 +77,7 @@ func New(cfg Config) (*Worker, error) {
 	// The producer hands out the dispatchers' deliveries and publishes
 	// operator events (no WATCH: it never changes a subscriber here).
 	if h.prod, err = producer.New(&producer.Config{Redis: w.ap, Namespace: cfg.Namespace, Logger: cfg.Logger,
-		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention, AllowedCIDRs: cfg.AllowedCIDRs}); err != nil {
+		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention, AllowedCIDRs: cfg.AllowedCIDRs, MaxWait: cfg.MaxWait}); err != nil {
 		w.closeRDB()
 		return nil, err
 	}

@@ -339,7 +339,8 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 
 // producer is the harness' producer on namespace ns.
 func (e *env) producer(ns string) (*producer.Producer, error) {
-	return producer.New(&producer.Config{Redis: e.rdb, Namespace: ns, Shards: e.cfg.Worker.Shards, Logger: e.log, AllowedCIDRs: e.cfg.Worker.AllowedCIDRs})
+	return producer.New(&producer.Config{Redis: e.rdb, Namespace: ns, Shards: e.cfg.Worker.Shards, Logger: e.log, AllowedCIDRs: e.cfg.Worker.AllowedCIDRs,
+		MaxWait: e.cfg.Worker.MaxWait})
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
