@@ -220,9 +220,12 @@ func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
 			case err != nil:
 				h.log.Warn("dispatcher: could not enqueue a delivery; it is handed out again after its lease", "subscriber_id", id,
 					"event_id", o.EventID, "err", err)
+			case !enqueued:
+				// its task is still in asynq (a killed run's, which asynq's
+				// lease recovery runs again): nothing was lost
 			case o.Lost:
 				h.rescued(id, RescuedLostRun, 1)
-			case o.Again && enqueued:
+			case o.Again:
 				h.rescued(id, RescuedLostTask, 1)
 			}
 		})

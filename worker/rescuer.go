@@ -21,7 +21,10 @@ const (
 	RescuedNoTurn = "no_turn"
 	// RescuedLostRun: a run's worker died and nothing else held its
 	// delivery (its task was let go, or a rerun found the slots full):
-	// handed out again, its lost request counted by the next run.
+	// handed out again, its lost request counted by the next run. (A run
+	// whose task asynq still has is handed out too, to no effect: asynq
+	// refuses the second task and runs its own again; that is not
+	// counted.)
 	RescuedLostRun = "lost_run"
 	// RescuedLostTask: a hand-out's lease ran out and its task was not in
 	// asynq (lost with the process that was to enqueue it): enqueued again.
