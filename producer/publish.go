@@ -373,7 +373,7 @@ const (
 func (p *Producer) handOut(ctx context.Context, s tasks.Subscriber, eventID, lane string, shards int, wait bool) (handed, error) {
 	q := p.keys.DeliveryQueue(s.Region, s.ID, lane, shards)
 	id := tasks.TaskID(s.ID, eventID)
-	task := tasks.NewDeliverTask(s.ID, eventID, asynq.TaskID(id), asynq.Queue(q), asynq.MaxRetry(tasks.AsynqMaxRetry))
+	task := tasks.NewDeliverTask(s.ID, eventID, asynq.TaskID(id), asynq.Queue(q), asynq.MaxRetry(tasks.AsynqMaxRetry(cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts))))
 	for try := 0; ; try++ {
 		_, err := p.client.EnqueueContext(ctx, task)
 		if err == nil {
