@@ -257,7 +257,7 @@ func (p *Producer) Replay(ctx context.Context, q DeadLetterQuery) ([]ReplayOutco
 	out := make([]ReplayOutcome, 0, len(page))
 	var errs []error
 	for _, e := range page {
-		o := p.replayOne(ctx, e)
+		o := p.replayOne(ctx, e, bookResend)
 		if o.Outcome == Failed {
 			errs = append(errs, fmt.Errorf("%s: %s", o.TaskID, o.Error))
 		}
@@ -286,7 +286,9 @@ func (p *Producer) ReplayAll(ctx context.Context, q DeadLetterQuery) ([]ReplayOu
 	}
 }
 
-func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutcome {
+// replayOne replays dead letter e, booked how (bookResend, or bookRun
+// from the run of its own task).
+func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter, how booking) ReplayOutcome {
 	o := ReplayOutcome{TaskID: e.TaskID, Outcome: Failed}
 	if e.Event == nil {
 		o.Error = "payload unreadable; cannot replay"
@@ -306,7 +308,7 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 	if !ok {
 		return o
 	}
-	o, marked := p.replayClaimed(ctx, e, s, &c)
+	o, marked := p.replayClaimed(ctx, e, s, &c, how)
 	if err := p.endReplay(ctx, c, marked); err != nil && o.Error == "" {
 		// Enqueued but not marked: a second replay finds the task queued
 		// and reports not_dead.
@@ -317,7 +319,7 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter) ReplayOutc
 
 // replayClaimed replays e, claimed by c, to subscriber s; marked is the
 // entry marked replayed, nil when it is not to be (nothing was sent).
-func (p *Producer) replayClaimed(ctx context.Context, e tasks.DeadLetter, s tasks.Subscriber, c *replayClaim) (o ReplayOutcome, marked []byte) {
+func (p *Producer) replayClaimed(ctx context.Context, e tasks.DeadLetter, s tasks.Subscriber, c *replayClaim, how booking) (o ReplayOutcome, marked []byte) {
 	o = ReplayOutcome{TaskID: e.TaskID, Outcome: Failed}
 	mark := func(out Outcome) (ReplayOutcome, []byte) {
 		e.ReplayedAt = p.nowFunc().UTC()
@@ -355,10 +357,21 @@ func (p *Producer) replayClaimed(ctx context.Context, e tasks.DeadLetter, s task
 		return o, nil
 	}
 	c.sha = sha1hex(b)
-	res, err := p.fanOut(ctx, *e.Event, nil, []tasks.Subscriber{s}, true)
+	res, err := p.fanOut(ctx, *e.Event, nil, []tasks.Subscriber{s}, how)
 	if err != nil {
 		o.Error = err.Error()
 		return o, nil
+	}
+	if how != bookRun {
+		// Booked again, whatever the breaker: its archived copy goes now,
+		// not when the delivery is handed out (if ever: a parked one may
+		// be delivered in another lane's queue), so that asynqmon does not
+		// list as dead what the ledger marks replayed.
+		if err := p.freeArchived(e.Queue, e.TaskID); err != nil {
+			o, marked = mark(res.Targets[0].Outcome)
+			o.Error = err.Error()
+			return o, marked
+		}
 	}
 	return mark(res.Targets[0].Outcome)
 }

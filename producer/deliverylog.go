@@ -207,7 +207,7 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 			return Target{}, err
 		}
 		if len(entries) == 1 && entries[0].Event != nil {
-			o := p.replayOne(ctx, entries[0])
+			o := p.replayOne(ctx, entries[0], bookResend)
 			t := Target{SubscriberID: sub, TaskID: o.TaskID, Outcome: o.Outcome}
 			switch o.Outcome {
 			case NotDead:
@@ -239,7 +239,7 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	if err != nil {
 		return Target{}, err
 	}
-	res, err := p.fanOut(ctx, se.Event, nil, []tasks.Subscriber{s}, true)
+	res, err := p.fanOut(ctx, se.Event, nil, []tasks.Subscriber{s}, bookResend)
 	if err != nil {
 		return Target{}, err
 	}

@@ -98,7 +98,7 @@ func (p *Producer) publish(ctx context.Context, ev tasks.Event, opts *PublishOpt
 	if err != nil {
 		return nil, err
 	}
-	return p.fanOut(ctx, ev, opts, subs, false)
+	return p.fanOut(ctx, ev, opts, subs, bookPublish)
 }
 
 // SendTo delivers ev to one subscriber, whatever its event filter. A paused
@@ -127,7 +127,7 @@ func (p *Producer) sendTo(ctx context.Context, subscriberID string, ev tasks.Eve
 	if err != nil {
 		return nil, err
 	}
-	return p.fanOut(ctx, ev, opts, []tasks.Subscriber{s}, false)
+	return p.fanOut(ctx, ev, opts, []tasks.Subscriber{s}, bookPublish)
 }
 
 func (p *Producer) checkEvent(ev *tasks.Event, opts *PublishOpts) error {
@@ -198,11 +198,24 @@ func (p *Producer) Pace(s tasks.Subscriber) limits.Pace {
 	return pace
 }
 
+// booking is what a fanOut books.
+type booking int
+
+const (
+	bookPublish booking = iota // new deliveries (a publish)
+	bookResend                 // deliveries booked before, again (a resend, a replay)
+	// bookRun is bookResend for the run of the delivery's own task, which
+	// an operator ran from asynq's archive (ReplayRun): that task is the
+	// hand-out, so nothing is enqueued.
+	bookRun
+)
+
 // fanOut books ev for subs, in two round trips: the stored event (refused
 // if the id names another event), then every target's booking. What can
 // go at once goes to asynq; the rest is parked in the subscriber's lot and
-// its dispatcher told. resend books deliveries booked before again.
-func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, resend bool) (*PublishResult, error) {
+// its dispatcher told.
+func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, how booking) (*PublishResult, error) {
+	resend := how != bookPublish
 	now := p.nowFunc()
 	var notBefore time.Time
 	if opts != nil && opts.NotBefore.After(now) {
@@ -275,6 +288,9 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 						t.Outcome, t.Err = Failed, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
 						break
 					}
+				}
+				if how == bookRun {
+					break // its task is running: it is the hand-out
 				}
 				switch h, err := p.handOut(ctx, s, ev.ID, b.Where, shards, resend); {
 				case err != nil:
@@ -357,7 +373,7 @@ const (
 func (p *Producer) handOut(ctx context.Context, s tasks.Subscriber, eventID, lane string, shards int, wait bool) (handed, error) {
 	q := p.keys.DeliveryQueue(s.Region, s.ID, lane, shards)
 	id := tasks.TaskID(s.ID, eventID)
-	task := tasks.NewDeliverTask(s.ID, eventID, asynq.TaskID(id), asynq.Queue(q), asynq.MaxRetry(tasks.AsynqMaxRetry))
+	task := tasks.NewDeliverTask(s.ID, eventID, asynq.TaskID(id), asynq.Queue(q), asynq.MaxRetry(tasks.AsynqMaxRetry(cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts))))
 	for try := 0; ; try++ {
 		_, err := p.client.EnqueueContext(ctx, task)
 		if err == nil {

@@ -199,12 +199,17 @@ type LegacyDelivery struct {
 	ExpiresAt    time.Time `json:"expires_at"`
 }
 
-// AsynqMaxRetry is the MaxRetry hooklane gives asynq: far above any attempt
-// budget (at most 100), so that asynq never archives a task on its own (it
-// does, without asking, once Retried reaches MaxRetry; a lost lease
-// counts). hooklane counts the attempts in the delivery record and
-// dead-letters, ledger first, itself.
-const AsynqMaxRetry = 1 << 30
+// AsynqMaxRetry is the MaxRetry hooklane gives the task of a delivery
+// whose attempt budget is maxAttempts: that budget, which asynqmon shows
+// as the task's max_retry. asynq archives a task on its own, without
+// asking, once its Retried reaches MaxRetry; the worker's IsFailure is
+// always false, so neither of asynq's retries (a handler's error, a lost
+// lease its recoverer takes back: asynq v0.26 processor.go and
+// recoverer.go both pass the error through IsFailure) counts, Retried
+// stays 0, and a MaxRetry of at least 1 is never reached. hooklane counts
+// the attempts in the delivery record and dead-letters, ledger first,
+// itself. (The release before gave every task 1<<30.)
+func AsynqMaxRetry(maxAttempts int) int { return max(maxAttempts, 1) }
 
 // NewDeliverTask builds the task of subscriber sub's delivery of event
 // eventID. opts are passed to asynq; the caller adds TaskID, Queue and

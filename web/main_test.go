@@ -44,9 +44,20 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // setup starts a web server; with a non-nil wcfg also a worker.
 func setup(t *testing.T, wcfg *worker.Config) *bundle {
 	t.Helper()
+	return setupWith(t, wcfg, nil)
+}
+
+// setupWith is setup with the web server's configuration changed by edit
+// (nil: none).
+func setupWith(t *testing.T, wcfg *worker.Config, edit func(*web.Config)) *bundle {
+	t.Helper()
 	t.Parallel()
 	ns := testkit.Namespace("web")
-	s, err := web.New(web.Config{Addr: "127.0.0.1:0", Token: token, AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: ns, Logger: quiet})
+	cfg := web.Config{Addr: "127.0.0.1:0", Token: token, AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: ns, Logger: quiet}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := web.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

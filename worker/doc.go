@@ -13,7 +13,8 @@
 // at most Config.MaxWait ahead.
 //
 // Attempts are hooklane's, counted in the delivery record: asynq's
-// IsFailure is always false and its retry limit out of reach, so asynq
-// never archives a task on its own; a dead letter is committed to the
-// ledger, then the task is archived.
+// IsFailure is always false, so asynq's retry count stays 0, below the
+// task's MaxRetry (its attempt budget, at least 1: tasks.AsynqMaxRetry),
+// and asynq never archives a task on its own; a dead letter is committed
+// to the ledger, then the task is archived.
 package worker

@@ -150,7 +150,7 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 	const poll = 20 * time.Millisecond
 	var deadline time.Time // of the wait in the busy lane, once entered
 	var l *lane
-	head := false
+	head, replayed := false, false
 	defer func() {
 		if head {
 			l.unlock()
@@ -184,7 +184,13 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 		case a.Drop != "":
 			return h.dropped(r, a.Drop)
 		case a.DeadAlready:
-			return fmt.Errorf("dead-lettered: %w", asynq.SkipRetry) // this copy goes to the archive too
+			if replayed {
+				return fmt.Errorf("dead-lettered: %w", asynq.SkipRetry)
+			}
+			if err := h.replayRun(ctx, r); err != nil {
+				return err
+			}
+			replayed = true // booked again: admitted below, as any delivery
 		case a.Parked:
 			h.stats.Deferred.Add(1)
 			h.totals.add("deferred:"+a.State, 1) // Admit counted it for the subscriber

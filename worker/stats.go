@@ -41,6 +41,9 @@ type Stats struct {
 	Newer atomic.Int64
 	// Adopted counts tasks of the release before taken into the schedule.
 	Adopted atomic.Int64
+	// Replayed counts dead letters an operator ran from asynq's archive
+	// (asynqmon's Run), replayed by their run (see replayRun).
+	Replayed atomic.Int64
 }
 
 // run is what one handler invocation knows of its task and delivery.
