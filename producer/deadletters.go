@@ -393,9 +393,24 @@ func (p *Producer) archiveAttempts(ctx context.Context, e *tasks.DeadLetter) ([]
 	return b, nil
 }
 
-// DeleteDeadLetter removes a ledger entry (not the asynq archive's copy).
+// DeleteDeadLetter removes a ledger entry and its task from asynq's
+// archive. The archived copy goes first: a DELETE that fails after it
+// leaves the entry for the DELETE retried, never an archived task that
+// the ledger no longer lists (asynqmon's Run of it would send a deleted
+// dead letter).
 func (p *Producer) DeleteDeadLetter(ctx context.Context, taskID string) error {
 	lk := p.keys.Ledger(taskID)
+	v, err := p.rdb.Get(ctx, lk.Entry).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	if err == nil {
+		if e, ok := tasks.ParseLedger(v, nil); ok {
+			if err := p.freeArchived(e.Queue, taskID); err != nil {
+				return err
+			}
+		}
+	}
 	n, err := p.rdb.Del(ctx, lk.Entry, lk.Attempts).Result()
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
@@ -406,3 +421,4 @@ func (p *Producer) DeleteDeadLetter(ctx context.Context, taskID string) error {
 	}
 	return nil
 }
+

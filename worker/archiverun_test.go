@@ -189,3 +189,25 @@ func TestReplayIntoAnOpenBreakerLeavesNothingArchived(t *testing.T) {
 	}
 	b.agree(t, sub)
 }
+
+// Deleting a dead letter (DELETE /v1/dead-letters/{id}) deletes its
+// archived task too: asynqmon does not go on listing what the ledger
+// dropped, and a Run pressed there afterwards has nothing to send.
+func TestDeleteDeadLetterDeletesItsArchivedTask(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{Breaker: noBreaker})
+	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 1})
+	b.publish(t, "e1", "video.trending")
+	testkit.Eventually(t, 10*time.Second, "e1 dead, archived and in the ledger", func() bool {
+		return len(b.dead(t, producer.DeadLetterQuery{Subscriber: "s"})) == 1 && len(b.archivedIDs(t, "s")) == 1
+	})
+	if err := b.p.DeleteDeadLetter(ctx, "s:e1"); err != nil {
+		t.Fatal(err)
+	}
+	b.agree(t, "s")
+	if ids := b.archivedIDs(t, "s"); len(ids) != 0 {
+		t.Fatalf("archived after the dead letter was deleted: %q", ids)
+	}
+}
