@@ -1,5 +1,4 @@
-// Package verify checks a hooklane request's signature (Standard Webhooks).
-// Copy it into a receiver; hooklane's tests verify the worker's requests with it.
+// Package verify checks a hooklane request's Standard Webhooks signature: copy it into a receiver.
 package verify
 
 import (
@@ -13,14 +12,11 @@ import (
 	"time"
 )
 
-// Tolerance is how far webhook-timestamp may be from now: a request
-// captured and sent again later is refused.
+// Tolerance is how far webhook-timestamp may be from now: a request captured and replayed later fails.
 const Tolerance = 5 * time.Minute
 
-// Signature returns nil when one of the webhook-signature entries
-// ("v1,<base64>", space-separated: one per secret during a rotation) is the
-// HMAC-SHA256, keyed by the base64 after secret's "whsec_", of
-// "<webhook-id>.<webhook-timestamp>.<body>". body: the raw request body.
+// Signature returns nil when a webhook-signature entry is the HMAC-SHA256 of
+// "<webhook-id>.<webhook-timestamp>.<body>" under secret. body: the raw request body.
 func Signature(secret string, h http.Header, body []byte, now time.Time) error {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
 	if err != nil {
@@ -28,11 +24,8 @@ func Signature(secret string, h http.Header, body []byte, now time.Time) error {
 	}
 	id, ts := h.Get("webhook-id"), h.Get("webhook-timestamp")
 	sec, err := strconv.ParseInt(ts, 10, 64)
-	if id == "" || err != nil {
-		return errors.New("no webhook-id, or no webhook-timestamp in seconds")
-	}
-	if d := now.Sub(time.Unix(sec, 0)); d > Tolerance || d < -Tolerance {
-		return errors.New("webhook-timestamp is too far from now")
+	if d := now.Sub(time.Unix(sec, 0)); id == "" || err != nil || d > Tolerance || d < -Tolerance {
+		return errors.New("no webhook-id, or no webhook-timestamp within 5 minutes of now")
 	}
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte(id + "." + ts + "."))

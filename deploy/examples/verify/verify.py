@@ -3,9 +3,8 @@ import base64, hashlib, hmac, time
 
 def verify(secret, headers, body, now=None):
     msg_id, ts = headers.get("webhook-id"), headers.get("webhook-timestamp", "")
-    if not msg_id or not ts.isascii() or not ts.isdigit():
-        return False
-    if abs((time.time() if now is None else now) - int(ts)) > 300:  # 5 min
+    now = time.time() if now is None else now
+    if not (msg_id and ts.isascii() and ts.isdigit()) or abs(now - int(ts)) > 300:  # 5 minutes
         return False
     key = base64.b64decode(secret.removeprefix("whsec_"))
     mac = hmac.new(key, f"{msg_id}.{ts}.".encode() + body, hashlib.sha256)
