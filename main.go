@@ -1,6 +1,6 @@
 // Command hooklane delivers webhooks. Subcommands:
 //
-//	hooklane worker   deliver queued events (config from the environment; see README)
+//	hooklane worker   deliver queued events (config from the environment; see deploy/CONFIGURATION.md)
 //	hooklane web      the API, the asynqmon UI and /metrics on $PORT
 //	hooklane migrate  carry over what the release before wrote since the upgrade
 //	hooklane dev      local Redis, worker, web and a demo (what `make run` runs)

@@ -69,7 +69,7 @@ func EnsureLayout(ctx context.Context, rdb redis.UniversalClient, keys tasks.Key
 	}
 	if shards != 0 && l.Shards != shards {
 		return l, fmt.Errorf("%w: HOOKLANE_QUEUE_SHARDS is %d, but namespace %s was created with %d queues per lane; "+
-			"leave it unset to use the namespace's, or see the README on changing it", ErrLayout, shards, keys.Namespace(), l.Shards)
+			"leave it unset to use the namespace's, or see deploy/CONFIGURATION.md (Scaling out) on changing it", ErrLayout, shards, keys.Namespace(), l.Shards)
 	}
 	return l, nil
 }

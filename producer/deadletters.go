@@ -421,4 +421,3 @@ func (p *Producer) DeleteDeadLetter(ctx context.Context, taskID string) error {
 	}
 	return nil
 }
-

@@ -113,7 +113,7 @@ type Config struct {
 	// replica; a target whose writes they did not acknowledge within
 	// WaitTimeout is reported failed with ErrNotReplicated (publishing again
 	// is safe). Without it a publish acknowledged just before the master dies
-	// can be lost (asynchronous replication; see the README). Not on a Redis
+	// can be lost (asynchronous replication; see deploy/GUARANTEES.md). Not on a Redis
 	// Cluster: a publish writes to several masters there. Default 0: no wait.
 	WaitReplicas int
 	// WaitTimeout is the longest a publish waits for WaitReplicas. It must
@@ -128,7 +128,7 @@ type Config struct {
 	AllowedCIDRs []netip.Prefix
 	// MaxRegions (HOOKLANE_MAX_REGIONS) is how many regions a namespace's
 	// subscribers may name, the default region included: every region costs
-	// each worker serving all regions its Servers (README, configuration).
+	// each worker serving all regions its Servers (deploy/CONFIGURATION.md).
 	// A subscriber naming one more is refused (ErrInvalid naming region).
 	// Default 8.
 	MaxRegions int

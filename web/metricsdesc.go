@@ -2,7 +2,7 @@ package web
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// The series of /metrics (README, Metrics). The counters and histograms
+// The series of /metrics (web/API.md, Metrics). The counters and histograms
 // exist twice: over every subscriber, without a subscriber label (from the
 // namespace's totals), and per subscriber marked for metrics, named
 // hooklane_subscriber_…, with one.

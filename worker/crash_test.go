@@ -289,7 +289,7 @@ func crashAround429(t *testing.T, point killPoint) {
 	// Once the deadline is durable, nothing goes to the endpoint before
 	// it: not the throttled event, not the others queued behind it.
 	// Killed before it was recorded, hooklane cannot know it; the
-	// endpoint's repeated 429 then sets it (see the report in README).
+	// endpoint's repeated 429 then sets it (deploy/GUARANTEES.md, Crashes).
 	if point != beforeCooldown && len(early) > 0 {
 		t.Errorf("requests before the Retry-After deadline: %v", early)
 	}

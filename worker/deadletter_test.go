@@ -136,7 +136,7 @@ func TestLedgerOutlivesTheArchive(t *testing.T) {
 }
 
 // Every key a dead letter owns lives as long as the entry: forever with no
-// retention (the README promises every attempt is kept: they are in the
+// retention (deploy/GUARANTEES.md promises every attempt is kept: they are in the
 // entry), the retention with one; the delivery record's own, shorter life
 // takes nothing with it.
 func TestDeadLetterKeysLiveAsLongAsTheEntry(t *testing.T) {

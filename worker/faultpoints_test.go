@@ -213,10 +213,10 @@ func faultAt(t *testing.T, point, mode string) {
 
 }
 
-// The README's fault-point table has a row for every point, and names no
-// other.
-func TestFaultPointsTableInREADME(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+// The fault-point table (deploy/GUARANTEES.md, Crashes and Redis faults)
+// has a row for every point, and names no other.
+func TestFaultPointsTableInTheGuarantees(t *testing.T) {
+	b, err := os.ReadFile("../deploy/GUARANTEES.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,11 +230,11 @@ func TestFaultPointsTableInREADME(t *testing.T) {
 	}
 	for _, p := range worker.FaultPoints {
 		if !rows[p] {
-			t.Errorf("README's fault-point table has no row for %s", p)
+			t.Errorf("deploy/GUARANTEES.md's fault-point table has no row for %s", p)
 		}
 		delete(rows, p)
 	}
 	for r := range rows {
-		t.Errorf("README's fault-point table names %s, which is no fault point", r)
+		t.Errorf("deploy/GUARANTEES.md's fault-point table names %s, which is no fault point", r)
 	}
 }

@@ -5,7 +5,7 @@ import "context"
 // Fault points: the durable transitions of one delivery in a worker, by
 // name, so that a test can stop the process just before or after one (a
 // real kill -9) or lose the step's Redis reply, as etcd's failpoints do.
-// The README's guarantees table lists what a crash at each costs; the
+// deploy/GUARANTEES.md's fault-point table lists what a stop at each costs; the
 // fault-point test (faultpoints_test.go) walks every row.
 //
 // The release build has no switch: FaultHook is nil there and a point

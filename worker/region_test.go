@@ -65,7 +65,7 @@ func TestRegionWorkersClaimOnlyTheirRegion(t *testing.T) {
 	}
 }
 
-// Regions are bounded and let go (README, configuration): a namespace's
+// Regions are bounded and let go (deploy/CONFIGURATION.md): a namespace's
 // subscribers name at most producer.Config.MaxRegions regions, the
 // default one included; one more is refused and writes nothing. A region
 // no subscriber names any more is served while its queues hold tasks — a
@@ -191,7 +191,7 @@ func TestRegionsAreBoundedAndLetGo(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, "eu's Servers stopped", func() bool { return euServers() == 0 })
 	after, connsAfter := commandsPerSecond(t, rdb), testkit.InfoInt(t, rdb, "clients", "connected_clients")
-	// The figure for the README, not a bound: the Servers above are.
+	// The figure for deploy/CONFIGURATION.md, not a bound: the Servers above are.
 	t.Logf("an idle worker costs Redis %.0f commands/s and %d connections serving default and eu, %.0f and %d serving default alone",
 		idle, conns, after, connsAfter)
 	// The room is free: a new region is served.

@@ -24,7 +24,7 @@ import (
 )
 
 // lossWindow is how long before the master's death a publish it
-// acknowledged may be lost, as the README states it: Redis replicates
+// acknowledged may be lost, as deploy/GUARANTEES.md states it: Redis replicates
 // asynchronously, so what the replica has not received when the master
 // dies is gone. On loopback the replica lags by well under a millisecond.
 const lossWindow = time.Second
@@ -225,7 +225,7 @@ func sentinelFailover(t *testing.T) {
 		age := killed.Sub(want[id])
 		lostAge = append(lostAge, age)
 		if age < 0 || age > lossWindow {
-			t.Errorf("%s, acknowledged %v before the kill, was lost; the README allows %v", id, age, lossWindow)
+			t.Errorf("%s, acknowledged %v before the kill, was lost; deploy/GUARANTEES.md allows %v", id, age, lossWindow)
 		}
 	}
 	t.Logf("failover to %s: sentinels agreed after %v; %d publishes, %d acknowledged, %d failed; "+
