@@ -120,7 +120,7 @@ func TestValidationErrors(t *testing.T) {
 		{"empty body", "PUT", "/v1/subscribers/a", ``, 400, "bad_json", ""},
 		{"trailing data", "PUT", "/v1/subscribers/a", good + `{}`, 400, "bad_json", ""},
 		{"unknown field", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","urls":[]}`, 400, "unknown_field", "urls"},
-		{"unknown nested field", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":1,"burst":1,"period":"1s","jitter":1}}`, 400, "unknown_field", "jitter"},
+		{"unknown nested field", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","rate_limit":{"rate":1,"burst":1,"period":"1s","jitter":1}}`, 400, "unknown_field", "rate_limit.jitter"},
 		{"wrong type", "PUT", "/v1/subscribers/a", `{"url":"https://a.test","max_in_flight":"4"}`, 400, "bad_json", "max_in_flight"},
 		{"bad id", "PUT", "/v1/subscribers/a:b", good, 422, "invalid", "id"},
 		{"id mismatch", "PUT", "/v1/subscribers/a", `{"id":"b","url":"https://a.test"}`, 422, "invalid", "id"},

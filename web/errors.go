@@ -125,11 +125,15 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error, extra map[st
 }
 
 // decode reads one JSON object of at most max bytes into dst, refusing
-// unknown fields and trailing data, so that a typo is an error instead of
+// unknown fields, a name spelt in another case or given twice (see
+// strictNames), and trailing data, so that a typo is an error instead of
 // a silently ignored setting.
 func decode(w http.ResponseWriter, r *http.Request, max int64, dst any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err == nil {
+		if ae := strictNames(body, reflect.TypeOf(dst), ""); ae != nil {
+			return ae
+		}
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		err = dec.Decode(dst)
