@@ -280,21 +280,31 @@ func quoted(s string) string {
 	return shown(b)
 }
 
-// presentMeansValid refuses a field that is present with null or "": a
-// field left out takes its default, one that is given must be a value
-// ("data" excepted: an event's data may be JSON null).
+// presentMeansValid refuses a field that is present with null or "", at
+// any depth (rate_limit.period): a field left out takes its default, one
+// that is given must be a value ("data" excepted: an event's data may be
+// JSON null, and its insides are the publisher's).
 func presentMeansValid(body []byte) error {
+	return presentIn(body, "")
+}
+
+func presentIn(body []byte, path string) error {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(body, &fields) != nil {
-		return nil // not an object: decode refused it already
+		return nil // not an object: decode refused it already, or a value
 	}
 	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		at := dotted(path, name)
 		switch v := string(bytes.TrimSpace(fields[name])); {
-		case name == "data":
+		case at == "data":
 		case v == "null":
-			return apiErr(http.StatusUnprocessableEntity, "invalid", name, "null is not a value here: leave %s out for its default", name)
+			return apiErr(http.StatusUnprocessableEntity, "invalid", at, "null is not a value here: leave %s out for its default", name)
 		case v == `""`:
-			return apiErr(http.StatusUnprocessableEntity, "invalid", name, "empty: leave %s out for its default, or give a value", name)
+			return apiErr(http.StatusUnprocessableEntity, "invalid", at, "empty: leave %s out for its default, or give a value", name)
+		case strings.HasPrefix(v, "{"):
+			if err := presentIn(fields[name], at); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -1,10 +1,13 @@
 package web_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/tasks"
+	"github.com/hooklane/hooklane/web"
 )
 
 // A request's member names are matched exactly, and each is given once:
@@ -49,5 +52,28 @@ func TestStrictMemberNames(t *testing.T) {
 	}
 	if n := testkit.Totals(t, b.insp, b.ns).Size; n != 0 {
 		t.Errorf("%d tasks after refused publishes", n)
+	}
+}
+
+// A field left out takes its default, and one given is a value: a
+// rate_limit without period is per second, max_in_flight left out is
+// tasks.DefaultMaxInFlight, and max_in_flight 0 is refused naming the
+// field and its range, not read as the default.
+func TestLeftOutMeansDefault(t *testing.T) {
+	b := setup(t, nil)
+	var sub web.Subscriber
+	r := b.call(t, "PUT", "/v1/subscribers/a", `{"url":"https://a.test/h","rate_limit":{"rate":5,"burst":7}}`)
+	if err := json.Unmarshal(r.body, &sub); r.status != 201 || err != nil ||
+		sub.RateLimit != (web.RateLimit{Rate: 5, Burst: 7, Period: "1s"}) || sub.MaxInFlight != tasks.DefaultMaxInFlight {
+		t.Fatalf("a rate_limit without period: %d %s; want 5 per 1s, burst 7, max_in_flight %d", r.status, r.body, tasks.DefaultMaxInFlight)
+	}
+	r = b.callRaw(t, "PUT", "/v1/subscribers/a", `{"url":"https://a.test/h","max_in_flight":0}`, bearer)
+	code, field := r.errorOf(t)
+	msg, _ := r.json(t)["error"].(map[string]any)["message"].(string)
+	if r.status != 422 || code != "invalid" || field != "max_in_flight" || !strings.Contains(msg, "1-10000") || !strings.Contains(msg, "got 0") {
+		t.Fatalf("max_in_flight 0: %d %s; want 422 naming max_in_flight, its range and the 0", r.status, r.body)
+	}
+	if got, err := b.p.GetSubscriber(t.Context(), "a"); err != nil || got.MaxInFlight != tasks.DefaultMaxInFlight {
+		t.Fatalf("after the refused PUT: %+v, %v; want it unchanged", got, err)
 	}
 }
