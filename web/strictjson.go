@@ -11,14 +11,17 @@ import (
 // encoding/json matches a member name to a field ignoring case and lets
 // the last of two equal names win, so {"ID":…} set id and
 // {"url":"a","url":"b"} saved b. An API that refuses an unknown field
-// refuses these too: strictNames reads the request's names before it is
-// decoded, and only its names (decode reports values and syntax).
+// refuses these too: strictNames reads the request's members before it is
+// decoded, their names and whether each is a value (decode reports the
+// values' types and the syntax).
 
-// strictNames refuses the first member name of body that no field of t
-// (a request type) spells exactly, and the first name given twice in one
-// object, naming it by its dotted path. A value whose type decodes itself
-// (an event's data, a time) is not looked into: its names are not the
-// API's. Malformed JSON is left to decode.
+// strictNames refuses the first member of body, in order, that no field
+// of t (a request type) names exactly, that is given twice in one object,
+// or that is null or "" (a field left out takes its default, one that is
+// given must be a value; an event's data may be null), naming it by its
+// dotted path. A value whose type decodes itself (an event's data, a
+// time) is not looked into: its names are not the API's. Malformed JSON
+// is left to decode.
 func strictNames(body []byte, t reflect.Type, path string) *APIError {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -44,11 +47,16 @@ func strictNames(body []byte, t reflect.Type, path string) *APIError {
 			}
 			at := dotted(path, name)
 			f, known := names[name]
-			switch {
+			switch raw := string(bytes.TrimSpace(v)); {
 			case seen[name]:
 				return apiErr(http.StatusBadRequest, "duplicate_field", at, "%q is given twice: give each field once", name)
 			case !known:
 				return unknownName(at, name, names)
+			case at == "data":
+			case raw == "null":
+				return apiErr(http.StatusUnprocessableEntity, "invalid", at, "null is not a value here: leave %s out for its default", name)
+			case raw == `""`:
+				return apiErr(http.StatusUnprocessableEntity, "invalid", at, "empty: leave %s out for its default, or give a value", name)
 			}
 			seen[name] = true
 			if ae := strictNames(v, f, at); ae != nil {

@@ -77,3 +77,15 @@ func TestLeftOutMeansDefault(t *testing.T) {
 		t.Fatalf("after the refused PUT: %+v, %v; want it unchanged", got, err)
 	}
 }
+
+// Malformed JSON is reported as such, whatever names or nulls come before
+// the fault.
+func TestMalformedBeforeNames(t *testing.T) {
+	b := setup(t, nil)
+	for _, body := range []string{`{"url":null,`, `{"ID":"a","url":"https://a.test"`, `{"url":"https://a.test","url":"x"} {}`} {
+		r := b.callRaw(t, "PUT", "/v1/subscribers/a", body, bearer)
+		if code, _ := r.errorOf(t); r.status != 400 || code != "bad_json" {
+			t.Errorf("%s: %d %s; want 400 bad_json", body, r.status, r.body)
+		}
+	}
+}
