@@ -234,7 +234,7 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	se, err := p.StoredEvent(ctx, eventID)
 	if errors.Is(err, ErrUnknownEvent) {
 		return Target{}, fmt.Errorf("%w: event %s's payload is past its retention of %s: nothing left to send",
-			ErrPayloadExpired, eventID, p.cfg.PayloadRetention)
+			ErrPayloadExpired, eventID, tasks.DurationWords(p.cfg.PayloadRetention))
 	}
 	if err != nil {
 		return Target{}, err

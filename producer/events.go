@@ -170,5 +170,5 @@ func (p *Producer) StoredEvent(ctx context.Context, id string) (tasks.StoredEven
 		return se, nil
 	}
 	return tasks.StoredEvent{}, fmt.Errorf("%w: %s (never published, or past the payload retention of %s)",
-		ErrUnknownEvent, id, p.cfg.PayloadRetention)
+		ErrUnknownEvent, id, tasks.DurationWords(p.cfg.PayloadRetention))
 }

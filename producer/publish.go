@@ -140,7 +140,8 @@ func (p *Producer) checkEvent(ev *tasks.Event, opts *PublishOpts) error {
 	now := p.nowFunc()
 	if opts != nil && opts.NotBefore.Sub(now) > p.cfg.MaxNotBefore {
 		return &tasks.FieldError{Field: "not_before", Msg: fmt.Sprintf("at most %s ahead (%s); this one is %s ahead",
-			p.cfg.MaxNotBefore, now.Add(p.cfg.MaxNotBefore).UTC().Format(time.RFC3339), opts.NotBefore.Sub(now).Round(time.Second))}
+			tasks.DurationWords(p.cfg.MaxNotBefore), now.Add(p.cfg.MaxNotBefore).UTC().Format(time.RFC3339),
+			tasks.DurationWords(opts.NotBefore.Sub(now).Round(time.Second)))}
 	}
 	if ev.Timestamp.IsZero() {
 		ev.Timestamp = now.UTC().Truncate(time.Second)
@@ -438,7 +439,7 @@ func (p *Producer) waitReplicas(ctx context.Context, res *PublishResult) error {
 	if err != nil {
 		err = fmt.Errorf("%w: waiting for %d replicas: %v; publish again", ErrNotReplicated, want, err)
 	} else {
-		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %v; publish again", ErrNotReplicated, acked, want, p.cfg.WaitTimeout)
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %s; publish again", ErrNotReplicated, acked, want, tasks.DurationWords(p.cfg.WaitTimeout))
 	}
 	for i := range res.Targets {
 		if t := &res.Targets[i]; written(*t) {

@@ -25,7 +25,7 @@ const (
 
 // graceWanted is what RotateSecret's grace wants (the API and the console
 // answer this error as it is).
-const graceWanted = "want 0s (the old secrets stop now) or 1m up to 720h"
+const graceWanted = "want 0s (the old secrets stop now) or 1m (a minute) up to 720h (30 days)"
 
 // RotateSecret gives subscriber id a new secret and returns the subscriber
 // as stored and the new secret. The secrets it had keep signing (beside the
@@ -37,7 +37,7 @@ func (p *Producer) RotateSecret(ctx context.Context, id string, grace time.Durat
 		return tasks.Subscriber{}, "", err
 	}
 	if grace < 0 || grace > 0 && grace < MinGrace || grace > MaxGrace {
-		return tasks.Subscriber{}, "", &tasks.FieldError{Field: "grace", Msg: fmt.Sprintf("%s, got %s", graceWanted, grace)}
+		return tasks.Subscriber{}, "", &tasks.FieldError{Field: "grace", Msg: fmt.Sprintf("%s, got %s", graceWanted, tasks.DurationWords(grace))}
 	}
 	secret, err := tasks.NewSecret()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -86,20 +87,125 @@ func ParseCIDRs(s string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// ValidateURLAddress refuses a subscriber URL whose host is a literal
-// address the worker would refuse to reach (AddressAllowed with allowed,
+// ValidateURLAddress refuses a subscriber URL whose host is an address the
+// worker would refuse to reach (AddressAllowed with allowed,
 // HOOKLANE_ALLOWED_CIDRS), so that it is refused when it is written, not
-// once per event at delivery. A host name is checked where it matters: on
-// every address it resolves to, when the worker dials.
+// once per event at delivery. The host is read as a resolver reads it: a
+// literal address in any of the forms inet_aton takes (0x7f000001,
+// 2130706433, 0177.0.0.1, 127.1), and a localhost name as loopback. Any
+// other host name is checked where it matters: on every address it
+// resolves to, when the worker dials. Nothing is resolved or dialed here.
 func ValidateURLAddress(raw string, allowed []netip.Prefix) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil // ValidateURL names what is wrong
 	}
-	ip, err := netip.ParseAddr(u.Hostname())
-	if err != nil || AddressAllowed(ip, allowed) {
-		return nil
+	host := u.Hostname()
+	ips, err := hostAddresses(host)
+	if err != nil {
+		return err
 	}
-	return invalid("url", "%s is a private, loopback, link-local or reserved address, which the worker refuses to reach; "+
-		"allow it with HOOKLANE_ALLOWED_CIDRS (read by the web and worker processes alike)", ip)
+	for _, ip := range ips {
+		if !AddressAllowed(ip, allowed) {
+			name := ip.String()
+			if name != host {
+				name = fmt.Sprintf("%s (%s)", host, ip)
+			}
+			return invalid("url", "%s is a private, loopback, link-local or reserved address, which the worker refuses to reach; "+
+				"allow it with HOOKLANE_ALLOWED_CIDRS (read by the web and worker processes alike)", name)
+		}
+	}
+	return nil
+}
+
+// hostAddresses returns the addresses host stands for without asking a
+// resolver: a literal address, or loopback for a localhost name; none for
+// any other name.
+func hostAddresses(host string) ([]netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{ip}, nil
+	}
+	// A name given with its trailing dot is the same name.
+	name := strings.ToLower(strings.TrimSuffix(host, "."))
+	// RFC 6761 6.3: a resolver answers localhost, and any name under it,
+	// with loopback (nss-myhostname and systemd-resolved do), so such a
+	// URL is a loopback URL whatever the web process'"'"'s own resolver says.
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}, nil
+	}
+	if !numeric(name) {
+		return nil, nil
+	}
+	ip, ok := parseInetAton(name)
+	if !ok {
+		// Not a name either: no top-level domain is all digits.
+		return nil, invalid("url", "host %q is made of numbers but is not an IPv4 address: want a host name or an address such as 203.0.113.7", host)
+	}
+	return []netip.Addr{ip}, nil
+}
+
+// numeric reports whether every label of name is a number as inet_aton
+// reads one: decimal, 0-led octal or 0x hex.
+func numeric(name string) bool {
+	if name == "" {
+		return false
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		digits := label
+		if len(label) >= 2 && label[0] == '0' && (label[1] == 'x' || label[1] == 'X') {
+			digits = label[2:]
+			if strings.Trim(digits, "0123456789abcdefABCDEF") != "" {
+				return false
+			}
+			continue
+		}
+		if digits == "" || strings.Trim(digits, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// parseInetAton reads an IPv4 address as inet_aton(3) does, which is how
+// getaddrinfo, curl and browsers read a host made of numbers: 1 to 4
+// parts, each decimal, octal (leading 0) or hex (0x); the last part fills
+// the bytes the others leave (127.1 is 127.0.0.1, 2130706433 is too).
+func parseInetAton(s string) (netip.Addr, bool) {
+	parts := strings.Split(s, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var n [4]uint64
+	for i, p := range parts {
+		base := 10
+		switch {
+		case len(p) >= 2 && (p[1] == 'x' || p[1] == 'X'):
+			base, p = 16, p[2:]
+			if p == "" {
+				p = "0" // inet_aton reads "0x" as 0
+			}
+		case len(p) > 1 && p[0] == '0':
+			base = 8
+		}
+		v, err := strconv.ParseUint(p, base, 32)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		n[i] = v
+	}
+	last := len(parts) - 1
+	if n[last] >= 1<<(8*(4-last)) {
+		return netip.Addr{}, false
+	}
+	var b [4]byte
+	for i := range last {
+		if n[i] > 255 {
+			return netip.Addr{}, false
+		}
+		b[i] = byte(n[i])
+	}
+	for i := 3; i >= last; i-- {
+		b[i] = byte(n[last] >> (8 * (3 - i)))
+	}
+	return netip.AddrFrom4(b), true
 }

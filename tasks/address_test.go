@@ -77,8 +77,37 @@ func TestValidateURLAddress(t *testing.T) {
 		{"http://[::1]:9/x", loopback, false},
 		{"http://10.0.0.1/hook", loopback, true},
 		{"https://93.184.216.34/hook", nil, false},
-		{"https://localhost/hook", nil, false}, // a name: checked at delivery, after DNS
-		{"https://hooks.example.com/x", nil, false},
+		{"https://hooks.example.com/x", nil, false}, // a name: checked at delivery, after DNS
+		// localhost names are loopback by definition (RFC 6761): refused
+		// like 127.0.0.1, unless loopback is allowed.
+		{"https://localhost/hook", nil, true},
+		{"http://LocalHost.:8080/", nil, true},
+		{"http://api.localhost/", nil, true},
+		{"http://localhost:8080/hook", loopback, false},
+		{"https://localhost.example.com/", nil, false},
+		// Every way a resolver reads an IPv4 address (inet_aton): one
+		// 32-bit number, hex, octal, 2 or 3 parts.
+		{"http://0x7f000001/", nil, true},
+		{"http://2130706433/", nil, true},
+		{"http://0177.0.0.1/", nil, true},
+		{"http://127.1/", nil, true},
+		{"http://127.0.1/", nil, true},
+		{"http://0x7f.0x0.0x0.0x1/", nil, true},
+		{"http://017700000001/", nil, true},
+		{"http://127.0.0.1./", nil, true},
+		{"http://0xa9fea9fe/latest", nil, true}, // 169.254.169.254
+		{"http://0/", nil, true},                // 0.0.0.0
+		{"http://0x7f000001/", loopback, false},
+		{"http://127.1/", loopback, false},
+		{"http://1572395042/", nil, false},          // 93.184.216.34
+		{"http://0x5d.0xb8.0xd8.0x22/", nil, false}, // 93.184.216.34
+		{"http://4294967296/", nil, true},           // numeric, but no address: never a host name either
+		{"http://256.0.0.1/", nil, true},
+		{"http://1.2.3.4.5/", nil, true},
+		{"http://08.0.0.1/", nil, true}, // not octal, not decimal
+		{"http://0x.example/", nil, false},
+		{"http://123.example/", nil, false},
+		{"http://7f000001.example/", nil, false},
 	} {
 		err := tasks.ValidateURLAddress(tt.url, tt.allowed)
 		if (err != nil) != tt.refused {
@@ -86,8 +115,9 @@ func TestValidateURLAddress(t *testing.T) {
 			continue
 		}
 		var fe *tasks.FieldError
-		if err != nil && (!errors.As(err, &fe) || fe.Field != "url" || !strings.Contains(err.Error(), "HOOKLANE_ALLOWED_CIDRS")) {
-			t.Errorf("%s: %v; want an error naming url and HOOKLANE_ALLOWED_CIDRS", tt.url, err)
+		says := func(w string) bool { return err != nil && strings.Contains(err.Error(), w) }
+		if err != nil && (!errors.As(err, &fe) || fe.Field != "url" || !says("HOOKLANE_ALLOWED_CIDRS") && !says("not an IPv4 address")) {
+			t.Errorf("%s: %v; want an error naming url and HOOKLANE_ALLOWED_CIDRS, or saying it is not an address", tt.url, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +145,53 @@ func TestCLIDeliveryLog(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "resent", func() bool { return s.Count() == 2 })
 	if err := b.cliRaw(t, map[string]string{"HOOKLANE_URL": b.srv.URL}, "deliveries", "get", "s"); !errors.Is(err, cli.ErrUsage) {
 		t.Fatalf("deliveries get without an event id: %v; want a usage error", err)
+	}
+}
+
+// A flag the CLI cannot send is refused in plain words naming the flag,
+// before any request; a limit flag given is sent as given, so that the
+// API refuses what it refuses (-rate 0, -max-in-flight 0) instead of the
+// CLI quietly sending its default. Nothing refused is written.
+func TestCLIRefusesBadFlags(t *testing.T) {
+	b := setup(t, nil)
+	bad := t.TempDir() + "/bad.json"
+	if err := os.WriteFile(bad, []byte(`{"a":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"publish", "-type", "t", "-data", "{bad"}, "-data is not valid JSON: invalid character 'b' looking for beginning of object key string at byte 2"},
+		{[]string{"publish", "-type", "t", "-data", `{"a":1}x`}, "-data is not valid JSON: invalid character 'x' after top-level value at byte 8"},
+		{[]string{"publish", "-type", "t", "-data", ""}, "-data is not valid JSON: it is empty"},
+		{[]string{"publish", "-type", "t", "-data", "@" + bad}, "-data @" + bad + " is not valid JSON: the file ends inside a value"},
+	} {
+		err := b.cliRaw(t, map[string]string{"HOOKLANE_URL": b.srv.URL, "HOOKLANE_API_TOKEN": token}, c.args...)
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "json: ") {
+			t.Errorf("%q: %v; want a usage error saying %q", c.args, err, c.want)
+		}
+	}
+	env := map[string]string{"HOOKLANE_URL": b.srv.URL, "HOOKLANE_API_TOKEN": token}
+	for _, c := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"-rate", "0"}, "rate_limit.rate"},
+		{[]string{"-period", "1m"}, "rate_limit.rate"},
+		{[]string{"-rate", "5", "-period", "1y"}, "rate_limit.period"},
+		{[]string{"-max-in-flight", "0"}, "max_in_flight"},
+	} {
+		var ae *web.APIError
+		args := append([]string{"subscribers", "put", "s", "-url", "https://a.test/h"}, c.args...)
+		if err := b.cliRaw(t, env, args...); !errors.As(err, &ae) || ae.Status != 422 || ae.Field != c.field {
+			t.Errorf("%q: %v; want the API's 422 naming %s", c.args, err, c.field)
+		}
+	}
+	if subs, err := b.p.ListSubscribers(t.Context()); err != nil || len(subs) != 0 {
+		t.Errorf("%d subscribers after refused puts (%v), want 0", len(subs), err)
+	}
+	if n := testkit.Totals(t, b.insp, b.ns).Size; n != 0 {
+		t.Errorf("%d tasks after refused publishes", n)
 	}
 }

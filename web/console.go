@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/hooklane/hooklane/tasks"
 )
 
 // The console: server-rendered pages for an operator under /console/,
@@ -61,6 +63,8 @@ func newConsole(s *Server) (*console, error) {
 		"iso":          func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 		"rel":          func(t time.Time) string { return relative(t, c.now()) },
 		"plural":       func(n int, one, many string) string { return plural(n, one, many) },
+		"words":        durationWords,
+		"per":          perPeriod,
 	}
 	c.pages = map[string]*template.Template{}
 	names, err := fs.Glob(consoleFiles, "console/*.html")
@@ -224,6 +228,38 @@ func relative(t, now time.Time) string {
 		return s + " ago"
 	}
 	return word + s
+}
+
+// durationWords is a duration (a time.Duration, or a Go duration string
+// as the API writes one) as a person writes it: "24 hours", not "24h0m0s".
+func durationWords(v any) string {
+	switch d := v.(type) {
+	case time.Duration:
+		return tasks.DurationWords(d)
+	case string:
+		if p, err := time.ParseDuration(d); err == nil {
+			return tasks.DurationWords(p)
+		}
+		return d
+	}
+	return fmt.Sprint(v)
+}
+
+// perPeriod is what follows "10 per" for a rate's period: "second",
+// "minute", "hour", "day", or "10 seconds".
+func perPeriod(period string) string {
+	p, err := time.ParseDuration(period)
+	switch {
+	case err != nil:
+		return period
+	case p == 24*time.Hour:
+		return "day"
+	}
+	s := tasks.DurationWords(p)
+	if one, ok := strings.CutPrefix(s, "1 "); ok && !strings.Contains(one, " ") {
+		return one // "per second", not "per 1 second"
+	}
+	return s
 }
 
 func plural(n int, one, many string) string {

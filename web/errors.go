@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"reflect"
-	"slices"
 	"strings"
 	"time"
 
@@ -125,11 +123,18 @@ func writeError(w http.ResponseWriter, log *slog.Logger, err error, extra map[st
 }
 
 // decode reads one JSON object of at most max bytes into dst, refusing
-// unknown fields and trailing data, so that a typo is an error instead of
-// a silently ignored setting.
+// unknown fields, a name spelt in another case or given twice, a field
+// given as null or "" (see strictNames), and trailing data, so that a typo
+// is an error instead of a silently ignored setting.
 func decode(w http.ResponseWriter, r *http.Request, max int64, dst any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err == nil {
+		// Malformed JSON is decode's to report, before any name in it.
+		if json.Valid(body) {
+			if ae := strictNames(body, reflect.TypeOf(dst), ""); ae != nil {
+				return ae
+			}
+		}
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		err = dec.Decode(dst)
@@ -140,7 +145,7 @@ func decode(w http.ResponseWriter, r *http.Request, max int64, dst any) error {
 		}
 	}
 	if err == nil {
-		return presentMeansValid(body)
+		return nil
 	}
 	var tooBig *http.MaxBytesError
 	var typeErr *json.UnmarshalTypeError
@@ -274,24 +279,4 @@ func shown(raw json.RawMessage) string {
 func quoted(s string) string {
 	b, _ := json.Marshal(s) // a string always marshals
 	return shown(b)
-}
-
-// presentMeansValid refuses a field that is present with null or "": a
-// field left out takes its default, one that is given must be a value
-// ("data" excepted: an event's data may be JSON null).
-func presentMeansValid(body []byte) error {
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(body, &fields) != nil {
-		return nil // not an object: decode refused it already
-	}
-	for _, name := range slices.Sorted(maps.Keys(fields)) {
-		switch v := string(bytes.TrimSpace(fields[name])); {
-		case name == "data":
-		case v == "null":
-			return apiErr(http.StatusUnprocessableEntity, "invalid", name, "null is not a value here: leave %s out for its default", name)
-		case v == `""`:
-			return apiErr(http.StatusUnprocessableEntity, "invalid", name, "empty: leave %s out for its default, or give a value", name)
-		}
-	}
-	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/web"
@@ -19,6 +21,9 @@ import (
 var fuzzRoutes = []string{"PUT /v1/subscribers/fz", "POST /v1/events", "POST /v1/dead-letters/replay",
 	"POST /v1/subscribers/fz/secrets/rotate", "GET /v1/subscribers/fz", "GET /v1/subscribers",
 	"GET /v1/subscribers/fz/status", "POST /v1/subscribers/fz/test", "GET /v1/dead-letters"}
+
+// decodingRoutes are the fuzzRoutes that read a JSON body.
+var decodingRoutes = fuzzRoutes[:4]
 
 // fuzzAuth are the ways a request presents (or fails to present) the token.
 var fuzzAuth = []func(r *http.Request){
@@ -36,7 +41,9 @@ var fuzzAuth = []func(r *http.Request){
 // handler and a real Redis. Whatever the body, the answer is one the
 // contract (openapi.json) documents for the endpoint, a JSON object with a
 // status from the documented set; an error answer names its code
-// and message; a request without the right token is refused; and no answer
+// and message; a request without the right token is refused; a body is
+// accepted only when each of its names is spelt as the document spells it
+// (case and all) and given once in its object; and no answer
 // shows a signing secret, except the generated or rotated one in the
 // "secrets" of the answer that made it.
 func FuzzAPIRequests(f *testing.F) {
@@ -47,7 +54,16 @@ func FuzzAPIRequests(f *testing.F) {
 		`{"id":"evt_1","type":"video.trending","data":{"v":1},"not_before":"2030-01-01T00:00:00Z"}`,
 		`{"id":"evt_1","type":"t","data":{"s":"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},"subscriber_id":"nobody"}`,
 		`{"subscriber":"s","ids":["s:e1"]}`,
-		`{"grace":"24h"}`, `{"rate_limit":{"period":"-1s"}}`, `{}`, `[]`, `null`, `{"url":1}`, `{"id":"a"} {}`, "",
+		`{"grace":"24h"}`, `{"rate_limit":{"period":"-1s"}}`,
+		// Names in another case, and names given twice: refused, but in an
+		// event's data, whose names are the publisher's.
+		`{"ID":"fz","url":"https://a.test/h"}`, `{"url":"https://a.test/h","URL":"https://b.test/h"}`,
+		`{"url":"https://a.test/h","url":"https://b.test/h"}`, `{"id":"fz","id":"other","url":"https://a.test/h"}`,
+		`{"url":"https://a.test/h","rate_limit":{"rate":1,"Rate":2,"burst":1,"period":"1s"}}`,
+		`{"url":"https://a.test/h","rate_limit":{"rate":1,"rate":2,"burst":1,"period":"1s"}}`,
+		`{"id":"evt_1","TYPE":"t","Data":{}}`, `{"id":"evt_1","type":"t","type":"u","data":1}`,
+		`{"id":"evt_1","type":"t","data":{"a":1,"a":2,"A":3}}`,
+		`{"subscriber":"s","Subscriber":"t"}`, `{"all":true,"all":true}`, `{"grace":"1h","grace":"0s"}`, `{"Grace":"1h"}`, `{}`, `[]`, `null`, `{"url":1}`, `{"id":"a"} {}`, "",
 	} {
 		// Every way of presenting the token, wrong ones included, on every
 		// route: the seed run alone tries them all.
@@ -83,6 +99,19 @@ func FuzzAPIRequests(f *testing.F) {
 		case authorized && !slices.Contains(allowed, rec.Code):
 			t.Fatalf("%s %q: status %d: %s", route, body, rec.Code, rec.Body)
 		}
+		if authorized && rec.Code/100 == 2 && slices.Contains(decodingRoutes, route) {
+			// Case-sensitive names: the document lists each member, and
+			// refuses any other (additionalProperties false).
+			creq := httptest.NewRequest(method, path, nil)
+			creq.Header.Set("Content-Type", "application/json")
+			bearer(creq)
+			if err := theContract(t).checkRequest(creq, body); err != nil && strings.Contains(err.Error(), "is unsupported") {
+				t.Fatalf("%s %q: accepted (%d) with a name the document does not spell so: %v", route, body, rec.Code, err)
+			}
+			if name, twice := givenTwice(body); twice {
+				t.Fatalf("%s %q: accepted (%d) with %q given twice", route, body, rec.Code, name)
+			}
+		}
 		if rec.Code == http.StatusNoContent {
 			return
 		}
@@ -109,4 +138,31 @@ func FuzzAPIRequests(f *testing.F) {
 			t.Fatalf("%s %q: %d answer shows a secret: %s", route, body, rec.Code, rec.Body)
 		}
 	})
+}
+
+// givenTwice returns a name that body, a JSON object, gives twice in one
+// of its objects, an event's data aside (its names are the publisher's).
+// It reads with jsontext, not with the server's own reader.
+func givenTwice(body []byte) (string, bool) {
+	dec := jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		name := tok.String() // before the next read voids tok
+		v, err := dec.ReadValue()
+		if err != nil {
+			return "", false
+		}
+		if seen[name] || name != "data" && !v.IsValid() { // IsValid refuses a duplicate name by default
+			return name, true
+		}
+		seen[name] = true
+	}
+	return "", false
 }

@@ -44,7 +44,7 @@ func (il *ingestLimiter) allow(ctx context.Context, r *http.Request) error {
 	}
 	ae := apiErr(http.StatusTooManyRequests, "rate_limited", "",
 		"more than %d events per second (burst %d) published with this token; retry after %s",
-		il.limit.Rate, il.limit.Burst, res.RetryAfter.Round(time.Millisecond))
+		il.limit.Rate, il.limit.Burst, tasks.DurationWords(res.RetryAfter.Round(time.Millisecond)))
 	ae.RetryAfter = res.RetryAfter
 	return ae
 }

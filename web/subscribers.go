@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"encoding/base64"
 	"net/http"
 	"slices"
@@ -12,12 +13,17 @@ import (
 	"github.com/hooklane/hooklane/tasks"
 )
 
-// RateLimit is a limit as the API writes it: period as a Go duration.
+// RateLimit is a limit as the API writes it: period as a Go duration. In
+// a request, a period left out is DefaultPeriod (given, it may not be "").
 type RateLimit struct {
 	Rate   int    `json:"rate"`
 	Burst  int    `json:"burst"`
 	Period string `json:"period"`
 }
+
+// DefaultPeriod is a request's rate_limit.period when it is left out: a
+// rate is per second unless it says otherwise.
+const DefaultPeriod = "1s"
 
 // SubscriberRequest is the body of PUT /v1/subscribers/{id}. A PUT replaces
 // the whole subscriber, except that with no secrets a replaced subscriber
@@ -28,7 +34,7 @@ type SubscriberRequest struct {
 	URL          string     `json:"url"`
 	EventTypes   []string   `json:"event_types,omitempty"`
 	RateLimit    *RateLimit `json:"rate_limit,omitempty"`
-	MaxInFlight  int        `json:"max_in_flight,omitempty"`
+	MaxInFlight  *int       `json:"max_in_flight,omitempty"` // absent: tasks.DefaultMaxInFlight
 	Secrets      []string   `json:"secrets,omitempty"`
 	Paused       *bool      `json:"paused,omitempty"` // absent: unchanged (a new subscriber: not paused)
 	MaxAttempts  int        `json:"max_attempts,omitempty"`
@@ -105,15 +111,20 @@ func (r *SubscriberRequest) toTask(id string) (tasks.Subscriber, error) {
 		return tasks.Subscriber{}, apiErr(http.StatusUnprocessableEntity, "invalid", "id", "body id %q differs from the path's %q", r.ID, id)
 	}
 	s := tasks.Subscriber{
-		ID: id, URL: r.URL, EventTypes: r.EventTypes, MaxInFlight: r.MaxInFlight, Secrets: r.Secrets,
+		ID: id, URL: r.URL, EventTypes: r.EventTypes, Secrets: r.Secrets,
 		Paused: r.Paused != nil && *r.Paused, MaxAttempts: r.MaxAttempts, Region: r.Region,
 		Metrics: bool(r.Metrics),
 	}
-	if r.MaxInFlight < 0 {
-		return s, apiErr(http.StatusUnprocessableEntity, "invalid", "max_in_flight", "want 1-10000")
+	if r.MaxInFlight != nil {
+		// 0 is not "the default": leave the field out for that.
+		if n := *r.MaxInFlight; n < 1 || n > 10_000 {
+			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "max_in_flight",
+				"want 1-10000 concurrent requests, got %d (leave max_in_flight out for the default, %d)", n, tasks.DefaultMaxInFlight)
+		}
+		s.MaxInFlight = *r.MaxInFlight
 	}
 	if r.RateLimit != nil {
-		p, err := time.ParseDuration(r.RateLimit.Period)
+		p, err := time.ParseDuration(cmp.Or(r.RateLimit.Period, DefaultPeriod))
 		if err != nil {
 			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "rate_limit.period", "want a duration such as 1s or 1m, got %s", quoted(r.RateLimit.Period))
 		}

@@ -131,11 +131,19 @@ type Config struct {
 	ResponseBody int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+
+	// gone are the settings of goneVars FromEnv found set: New warns of
+	// each, with the Logger set after FromEnv.
+	gone []goneVar
 }
 
-// goneVars are settings of releases before that no longer mean anything:
-// a worker started with one is refused, so that nobody believes it works.
-var goneVars = []struct{ name, why string }{
+// goneVar is a setting of a release before that no longer means anything.
+type goneVar struct{ name, why string }
+
+// goneVars are the settings that are gone. A worker started with one logs
+// a warning naming it, so that nobody believes it works, and starts: an
+// upgrade does not stop a deploy that still sets it.
+var goneVars = []goneVar{
 	{"HOOKLANE_PAUSE_RECHECK", "a paused subscriber's events are held until it is resumed, never looked at again meanwhile"},
 }
 
@@ -241,6 +249,13 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// warnGone logs each gone setting the environment sets.
+func (c Config) warnGone() {
+	for _, g := range c.gone {
+		c.Logger.Warn("a setting of a release before is set; it is ignored: unset it", "setting", g.name, "why", g.why)
+	}
+}
+
 // maxWait is MaxWait as a duration (NoWait: 0).
 func (c Config) maxWait() time.Duration { return max(c.MaxWait, 0) }
 
@@ -296,7 +311,7 @@ func FromEnv() (Config, error) {
 	durVar("HOOKLANE_BACKOFF_MAX", &c.BackoffMax, 0, false)
 	for _, g := range goneVars {
 		if os.Getenv(g.name) != "" {
-			errs = append(errs, fmt.Errorf("%s is gone: %s; unset it", g.name, g.why))
+			c.gone = append(c.gone, g)
 		}
 	}
 	durVar("HOOKLANE_POLL_INTERVAL", &c.PollInterval, 0, false)

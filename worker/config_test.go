@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +21,7 @@ import (
 func TestFromEnvRefusesZeroAndNegativeValues(t *testing.T) {
 	vars := []string{"HOOKLANE_CONCURRENCY", "HOOKLANE_DEQUEUE_LOOPS", "HOOKLANE_MAX_WAITERS", "HOOKLANE_MAX_WAITING", "HOOKLANE_CONNECT_TIMEOUT",
 		"HOOKLANE_REQUEST_TIMEOUT", "HOOKLANE_MAX_RETRY_AFTER", "HOOKLANE_BACKOFF_BASE", "HOOKLANE_BACKOFF_MAX",
-		"HOOKLANE_PAUSE_RECHECK", "HOOKLANE_POLL_INTERVAL", "HOOKLANE_FORWARD_INTERVAL", "HOOKLANE_SHUTDOWN_TIMEOUT",
+		"HOOKLANE_POLL_INTERVAL", "HOOKLANE_FORWARD_INTERVAL", "HOOKLANE_SHUTDOWN_TIMEOUT",
 		"HOOKLANE_DEDUP_WINDOW", "HOOKLANE_PAYLOAD_RETENTION"}
 	for _, name := range vars {
 		for _, v := range []string{"0", "-1", "0s", "-5s"} {
@@ -72,11 +74,31 @@ func TestFromEnvRefusesZeroAndNegativeValues(t *testing.T) {
 // A setting of the release before that no longer means anything is
 // refused at start, whatever its value, saying why: nobody should believe
 // a paused subscriber's events are looked at again every 30s.
-func TestGoneSettingIsRefused(t *testing.T) {
-	t.Setenv("HOOKLANE_PAUSE_RECHECK", "30s")
-	if _, err := worker.FromEnv(); err == nil || !strings.Contains(err.Error(), "HOOKLANE_PAUSE_RECHECK") ||
-		!strings.Contains(err.Error(), "never looked at again") {
-		t.Fatalf("HOOKLANE_PAUSE_RECHECK=30s: %v; want it refused as gone, saying why", err)
+// A setting of a release before that no longer means anything is a
+// warning naming it and saying why, not a refusal: the worker starts and
+// delivers, whatever the value (a deploy that still sets it is not
+// stopped by an upgrade).
+func TestGoneSettingIsAWarning(t *testing.T) {
+	for _, v := range []string{"30s", "0"} {
+		t.Setenv("HOOKLANE_PAUSE_RECHECK", v)
+		cfg, err := worker.FromEnv()
+		if err != nil {
+			t.Fatalf("HOOKLANE_PAUSE_RECHECK=%s: %v; want the worker to start", v, err)
+		}
+		var logs testkit.Buffer
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		b := setup(t, cfg)
+		warned := func(line string) bool {
+			return strings.Contains(line, "level=WARN") && strings.Contains(line, "setting=HOOKLANE_PAUSE_RECHECK") &&
+				strings.Contains(line, "ignored") && strings.Contains(line, "never looked at again")
+		}
+		if n := len(slices.DeleteFunc(strings.Split(logs.String(), "\n"), func(l string) bool { return !warned(l) })); n != 1 {
+			t.Fatalf("HOOKLANE_PAUSE_RECHECK=%s: %d warnings naming it; want 1 saying it is ignored and why:\n%s", v, n, logs.String())
+		}
+		s := testkit.NewSink(t, nil)
+		b.put(t, tasks.Subscriber{ID: "s", URL: s.URL})
+		b.publish(t, "e1", "t")
+		testkit.Eventually(t, 10*time.Second, "a delivery", func() bool { return s.Count() == 1 })
 	}
 }
 

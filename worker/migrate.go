@@ -16,6 +16,7 @@ import (
 // any number of times.
 func Migrate(ctx context.Context, cfg Config, out io.Writer) error {
 	cfg = cfg.WithDefaults()
+	cfg.warnGone()
 	rdb := cfg.Redis
 	if rdb == nil {
 		var err error

@@ -120,7 +120,7 @@ func (h *handler) failure(r *run, resp response) outcome {
 	o.att.NextAt = resp.received.Add(after)
 	o.Kind, o.Backoff, o.EndpointFailure = limits.OutcomeFailed, after, endpoint
 	o.Answered = !endpoint && resp.err == nil
-	o.msg = fmt.Sprintf("attempt %d of %d: %s; next try in about %s", spent, r.adm.Max, what, after.Round(time.Second))
+	o.msg = fmt.Sprintf("attempt %d of %d: %s; next try in about %s", spent, r.adm.Max, what, tasks.DurationWords(after.Round(time.Second)))
 	o.Counters["failed"]++
 	if resp.status == http.StatusTooManyRequests {
 		// Throttled without a usable Retry-After: the backoff cools the

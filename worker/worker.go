@@ -48,6 +48,7 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	cfg.warnGone()
 	w := &Worker{cfg: cfg, rdb: cfg.Redis}
 	if w.rdb == nil {
 		// Ride out a Redis restart or failover (typically a second or two) inside each

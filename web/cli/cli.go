@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -112,12 +113,16 @@ func parsePublish(args []string) (web.EventRequest, error) {
 		_, _ = rand.Read(b[:])
 		ev.ID = "evt_" + hex.EncodeToString(b[:])
 	}
+	what := "-data"
 	if name, ok := strings.CutPrefix(*data, "@"); ok {
 		b, err := os.ReadFile(name)
 		if err != nil {
-			return ev, err
+			return ev, fmt.Errorf("%w: publish: -data @%s: %v", ErrUsage, name, err)
 		}
-		ev.Data = b
+		ev.Data, what = b, "-data @"+name
+	}
+	if err := isJSON(what, ev.Data); err != nil {
+		return ev, err
 	}
 	if *nb != "" {
 		var t time.Time
@@ -136,6 +141,29 @@ func parsePublish(args []string) (web.EventRequest, error) {
 		ev.NotBefore = &t
 	}
 	return ev, nil
+}
+
+// isJSON says in words why data, given by what (a flag, a file), is not
+// one JSON value: encoding/json would otherwise refuse to send it, naming
+// its own RawMessage type.
+func isJSON(what string, data []byte) error {
+	it := "it"
+	if strings.Contains(what, "@") {
+		it = "the file"
+	}
+	var syn *json.SyntaxError
+	switch err := json.Unmarshal(data, new(json.RawMessage)); {
+	case err == nil:
+		return nil
+	case len(bytes.TrimSpace(data)) == 0:
+		return fmt.Errorf("%w: publish: %s is not valid JSON: %s is empty", ErrUsage, what, it)
+	case errors.As(err, &syn) && syn.Error() == "unexpected end of JSON input":
+		return fmt.Errorf("%w: publish: %s is not valid JSON: %s ends inside a value", ErrUsage, what, it)
+	case errors.As(err, &syn):
+		return fmt.Errorf("%w: publish: %s is not valid JSON: %s at byte %d", ErrUsage, what, syn.Error(), syn.Offset)
+	default:
+		return fmt.Errorf("%w: publish: %s is not valid JSON", ErrUsage, what)
+	}
 }
 
 // stringList is a repeatable flag.
@@ -188,13 +216,20 @@ func subscribersCLI(ctx context.Context, c *Client, args []string, out func(any,
 		if err := fs.Parse(rest); err != nil || fs.NArg() != 0 {
 			return fmt.Errorf("%w: subscribers put: %v", ErrUsage, cmp.Or(err, errors.New("unexpected arguments")))
 		}
-		r := web.SubscriberRequest{URL: *u, MaxInFlight: *inflight, MaxAttempts: *attempts, Secrets: secrets, Metrics: web.StrictBool(*metrics)}
+		r := web.SubscriberRequest{URL: *u, MaxAttempts: *attempts, Secrets: secrets, Metrics: web.StrictBool(*metrics)}
 		if *events != "" {
 			r.EventTypes = strings.Split(*events, ",")
 		}
-		if *rate != 0 || *burst != 0 {
-			r.RateLimit = &web.RateLimit{Rate: *rate, Burst: cmp.Or(*burst, *rate), Period: *period}
-		}
+		// A flag given is sent as given, 0 included, and the API refuses
+		// what it refuses: the defaults are the API's, for flags left out.
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "rate", "burst", "period":
+				r.RateLimit = &web.RateLimit{Rate: *rate, Burst: cmp.Or(*burst, *rate), Period: *period}
+			case "max-in-flight":
+				r.MaxInFlight = inflight
+			}
+		})
 		return out(c.PutSubscriber(ctx, id, r))
 	}
 	return fmt.Errorf("%w: subscribers %s", ErrUsage, cmd)
