@@ -27,7 +27,7 @@ func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- dev.Run(ctx, dev.Options{Getenv: func(k string) string { return env[k] }, Out: &out,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: 20})
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: 20, DataDir: t.TempDir()})
 	}()
 	banner := regexp.MustCompile(`asynqmon UI\s+(http://127\.0\.0\.1:\d+)/monitoring/\s+\(user: anything, password: (\S+)\)`)
 	var m []string
