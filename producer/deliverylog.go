@@ -280,8 +280,8 @@ func (p *Producer) handOutAgain(ctx context.Context, s tasks.Subscriber, eventID
 		return t, true, err
 	case h == handedPresent:
 		return Target{}, false, nil
-	case h == handedBusy:
-		t.ProcessAt = limits.CeilSecond(leaseEnd).UTC()
+	case h == handedBusy: // nothing enqueued: the turn at the lease's end does it
+		t.Outcome, t.ProcessAt = Scheduled, limits.CeilSecond(leaseEnd).UTC()
 	}
 	res := &PublishResult{Targets: []Target{t}}
 	err = p.waitReplicas(ctx, res)
