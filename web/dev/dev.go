@@ -176,7 +176,7 @@ func Run(ctx context.Context, o Options) error {
     metrics       curl -H 'Authorization: Bearer %[2]s' %[1]s/metrics
     Redis         %[5]s
   %[6]s
-  Within a minute: demo-fast delivered, demo-limited retrying on its Retry-After,
+  Within a minute: demo-fast delivered, demo-limited cooling on its Retry-After,
   demo-down's breaker open (subscribers status demo-down), its first events in
   the dead letters (console: demo-down; asynqmon: Archived tab), the rest held.
   Ctrl-C stops everything.
@@ -225,10 +225,11 @@ func progress(ctx context.Context, c *cli.Client, out io.Writer, every time.Dura
 			if err != nil {
 				break
 			}
-			// scheduled: parked, never tried yet (the reminders due later, a
-			// backlog waiting for its rate); retrying: parked after a request
-			line += fmt.Sprintf("  %s: %d delivered, %d scheduled, %d retrying, %d dead", id, st.Counts.Delivered,
-				st.Counts.Scheduled, st.Counts.Retrying, st.Counts.Dead)
+			// In the words of a delivery's state (tasks.States): delivered
+			// and dead all-time, the rest waiting now.
+			c := st.Counts
+			line += fmt.Sprintf("  %s: %d delivered, %d dead; waiting: %d scheduled, %d retrying, %d cooling, %d held", id,
+				c.Delivered, c.Dead, c.Scheduled, c.Retrying, c.Cooling, c.Held)
 			if st.CoolingUntil != nil {
 				line += fmt.Sprintf(" (429: cooling %ds)", int(time.Until(*st.CoolingUntil).Seconds()+0.5))
 			}
