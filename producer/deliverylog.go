@@ -222,7 +222,7 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 		}
 		if len(entries) == 1 && entries[0].Event != nil {
 			o := p.replayOne(ctx, entries[0])
-			t := Target{SubscriberID: sub, TaskID: o.TaskID, Outcome: o.Outcome}
+			t := Target{SubscriberID: sub, TaskID: o.TaskID, Outcome: o.Outcome, ProcessAt: o.ProcessAt, HeldReason: o.HeldReason}
 			switch o.Outcome {
 			case NotDead:
 				return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrDeliveryActive, eventID, sub, o.Error)
