@@ -20,13 +20,16 @@ TESTBIN    := .hooklane/test
 TEST_FIRST := ./limits ./tasks ./producer ./deploy ./deploy/testkit
 TEST_LEAD  := ./worker
 
-.PHONY: help run build test test-short lint bench bench-deferral chaos fuzz redis-server chromium
+.PHONY: help run run-fresh build test test-short lint bench bench-deferral chaos fuzz redis-server chromium
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
-run: redis-server ## the demo: local redis-server, worker, web UI/API and a demo receiver, in one process
+run: redis-server ## the demo: its own redis-server (data and token kept in .hooklane/dev), worker, web UI/API and a demo receiver, in one process
 	$(GO) run . dev
+
+run-fresh: redis-server ## make run from zero: a new token, the demo's Redis data deleted
+	$(GO) run . dev -fresh
 
 build: ## build the hooklane binary into .hooklane/bin/hooklane (or `go install .` puts it in your Go bin folder)
 	$(GO) build -o .hooklane/bin/hooklane .

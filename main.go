@@ -3,7 +3,7 @@
 //	hooklane worker   deliver queued events (config from the environment; see deploy/CONFIGURATION.md)
 //	hooklane web      the API, the asynqmon UI and /metrics on $PORT
 //	hooklane migrate  carry over what the release before wrote since the upgrade
-//	hooklane dev      local Redis, worker, web and a demo (what `make run` runs)
+//	hooklane dev      own Redis, worker, web and a demo (what `make run` runs; -fresh, -redis-port)
 //	hooklane bench    the load harness (deploy/loadtest); -h lists its flags
 //	hooklane publish|subscribers|dead-letters …   operator commands over the API
 package main
@@ -11,11 +11,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/hooklane/hooklane/deploy/loadtest"
@@ -79,8 +81,13 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		return s.Run(ctx)
-	case len(args) == 1 && args[0] == "dev":
-		return dev.Run(ctx, dev.Options{Getenv: os.Getenv, Out: os.Stdout, Logger: log})
+	case len(args) > 0 && args[0] == "dev":
+		o, err := devOptions(args[1:])
+		if err != nil {
+			return err
+		}
+		o.Getenv, o.Out, o.Logger = os.Getenv, os.Stdout, log
+		return dev.Run(ctx, o)
 	case len(args) > 0 && args[0] == "bench":
 		exe, err := os.Executable() // the workers it starts are this binary's `worker`
 		if err != nil {
@@ -91,6 +98,24 @@ func run(ctx context.Context, args []string) error {
 		return cli.Run(ctx, args, os.Stdout, os.Getenv)
 	}
 	return cli.ErrUsage
+}
+
+// devOptions reads `hooklane dev`'s flags.
+func devOptions(args []string) (dev.Options, error) {
+	var o dev.Options
+	fs := flag.NewFlagSet("hooklane dev", flag.ContinueOnError)
+	fs.BoolVar(&o.Fresh, "fresh", false, "start from zero: a new token, and the own Redis' data (.hooklane/dev) deleted")
+	fs.IntVar(&o.RedisPort, "redis-port", 6379, "the port of the redis-server dev mode starts on 127.0.0.1 when REDIS_URL is not set")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("hooklane dev [-fresh] [-redis-port N]: unexpected %q", strings.Join(fs.Args(), " "))
+	}
+	if o.RedisPort < 1 || o.RedisPort > 65535 {
+		return o, fmt.Errorf("hooklane dev: -redis-port %d: want 1-65535", o.RedisPort)
+	}
+	return o, nil
 }
 
 // logLevel reads HOOKLANE_LOG_LEVEL (debug, info, warn, error). Unset, it

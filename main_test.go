@@ -118,3 +118,19 @@ func die() {
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {}
 }
+
+// `hooklane dev`'s flags: -fresh, -redis-port; anything else is refused.
+func TestDevFlags(t *testing.T) {
+	o, err := devOptions([]string{"-fresh", "-redis-port", "6390"})
+	if err != nil || !o.Fresh || o.RedisPort != 6390 {
+		t.Fatalf("devOptions(-fresh -redis-port 6390) = %+v, %v", o, err)
+	}
+	if o, err := devOptions(nil); err != nil || o.Fresh || o.RedisPort != 6379 {
+		t.Fatalf("devOptions() = %+v, %v; want not fresh, port 6379", o, err)
+	}
+	for _, args := range [][]string{{"extra"}, {"-redis-port", "0"}, {"-nope"}} {
+		if _, err := devOptions(args); err == nil {
+			t.Errorf("devOptions(%q) = nil error; want a refusal", args)
+		}
+	}
+}

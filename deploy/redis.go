@@ -140,17 +140,6 @@ func startRedis(ctx context.Context, o RedisOpts, lead []string) (*Redis, error)
 	return r, nil
 }
 
-// LocalRedis returns the Redis already answering on 127.0.0.1:6379, or
-// starts one there with AOF persistence and its data in dir. Stop leaves a
-// Redis it did not start alone.
-func LocalRedis(ctx context.Context, dir string) (*Redis, error) {
-	if conn, err := net.DialTimeout("tcp", "127.0.0.1:6379", time.Second); err == nil {
-		conn.Close()
-		return &Redis{URL: "redis://127.0.0.1:6379/0", Addr: "127.0.0.1:6379"}, nil
-	}
-	return StartRedis(ctx, RedisOpts{Dir: dir, Port: 6379, AppendOnly: true})
-}
-
 // Stop terminates the server and waits for it to exit. A data directory
 // StartRedis made itself is removed.
 func (r *Redis) Stop() {

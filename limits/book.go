@@ -98,12 +98,15 @@ var FreshTTL = 10 * time.Minute
 // 12 rate, 13 burst, 14 period ms, 15 max in flight, 16 lead ms, 17 max
 // wait ms, 18 fresh max, 19 adaptive increase per ms, 20 ramp ms, 21
 // waiters; 22 the records' prefix (+ event id: the fresh lane's records,
-// in the same slot). Reply {code, gen, where, due ms, paused}: code "new" (booked: where is the lane
+// in the same slot). Reply {code, gen, where, due ms, paused, state, now
+// ms, cooldown end ms}: code "new" (booked: where is the lane
 // to enqueue its task in, or "lot"), "dup" (booked before in this
 // generation: nothing written; where is the lane when its task may need
 // enqueueing again, "lot" when it is parked, "" when it is running or
 // ended), "unknown" (no such subscriber), "paused" (paused and not held:
-// nothing written); paused "1" when the subscriber is paused.
+// nothing written); paused "1" when the subscriber is paused; state the
+// record's (the one it has now, for "dup"); now Redis' clock; the
+// cooldown's end, in the past or 0 when none is in force.
 //
 // The record decides alone whether a booking is new: a record of the
 // subscriber's current generation makes it a duplicate; one of another
@@ -115,10 +118,14 @@ var bookScript = script(`
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
   fresh = KEYS[8], rec = KEYS[9], log = KEYS[10], retry = KEYS[11]}
 local f = gate_fields(k.gate)
-if not f.gen then return {'unknown', '', '', '0', ''} end
+if not f.gen then return {'unknown', '', '', '0', '', '', '0', '0'} end
 local paused = f.paused and '1' or ''
-if f.paused and ARGV[7] ~= '1' then return {'paused', f.gen, '', '0', paused} end
+if f.paused and ARGV[7] ~= '1' then return {'paused', f.gen, '', '0', paused, '', '0', '0'} end
 local now, t = now_ms()
+local cool = tonumber(redis.call('GET', k.cool) or '0')
+local function reply(code, where, due, state)
+  return {code, f.gen, where, due, paused, state, string.format('%d', now), string.format('%d', cool)}
+end
 local d = redis.call('HMGET', k.rec, 'g', 's', 'pt', 'q', 'u')
 local resend = ARGV[8] == '1' and d[1] == f.gen
 local function where_of(s, q)
@@ -129,14 +136,13 @@ end
 if d[1] == f.gen and (d[3] == ARGV[9] or not resend) then
   local code = 'dup'
   if d[3] == ARGV[9] then code = 'new' end
-  return {code, f.gen, where_of(d[2], d[4]), d[5] or '0', paused}
+  return reply(code, where_of(d[2], d[4]), d[5] or '0', d[2] or '')
 end
 local nb = tonumber(ARGV[3])
 local due = math.max(now, nb)
 local x = due + tonumber(ARGV[4])
 local ttl = x + tonumber(ARGV[5]) - now
 local where, state = 'lot', 'scheduled'
-local cool = tonumber(redis.call('GET', k.cool) or '0')
 if f.paused or f.b_open then state = 'held'
 elseif cool > now then state = 'cooling'
 elseif nb <= now and redis.call('ZCOUNT', k.lot, '-inf', now) == 0 then
@@ -189,7 +195,7 @@ if where == 'lot' then
 else
   redis.call('ZADD', k.out, now + tonumber(ARGV[10]), ARGV[1])
 end
-return {'new', f.gen, where, string.format('%d', due), paused}`)
+return reply('new', where, string.format('%d', due), state)`)
 
 // Booked is Book's answer for one Booking.
 type Booked struct {
@@ -204,6 +210,13 @@ type Booked struct {
 	// the ready index), or "" when a run holds it or it ended.
 	Where string
 	Due   time.Time // in Redis' clock
+	// State is the delivery record's (tasks.State*), Now Redis' clock at
+	// the booking: compare Due with Now, not with a local clock.
+	State string
+	Now   time.Time
+	// CoolingUntil is the destination's cooldown end (a 429's Retry-After);
+	// not after Now when none is in force.
+	CoolingUntil time.Time
 }
 
 // Book books each delivery in one round trip (one per Cluster node), with
@@ -234,11 +247,14 @@ func (g *Gates) Book(ctx context.Context, also []*Call, bs ...Booking) ([]Booked
 			return nil, c.Err
 		}
 		res := replyStrings(c.Res)
-		if len(res) < 5 {
+		if len(res) < 8 {
 			return nil, fmt.Errorf("book: unexpected reply %v", c.Res)
 		}
 		due, _ := strconv.ParseInt(res[3], 10, 64)
-		out[i] = Booked{Gen: res[1], Where: res[2], Due: time.UnixMilli(due), Held: res[4] == "1"}
+		now, _ := strconv.ParseInt(res[6], 10, 64)
+		cool, _ := strconv.ParseInt(res[7], 10, 64)
+		out[i] = Booked{Gen: res[1], Where: res[2], Due: time.UnixMilli(due), Held: res[4] == "1", State: res[5],
+			Now: time.UnixMilli(now), CoolingUntil: time.UnixMilli(cool)}
 		switch res[0] {
 		case "new":
 			out[i].New = true

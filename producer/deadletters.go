@@ -220,12 +220,17 @@ func (p *Producer) dropFromIndexes(ctx context.Context, ids []string) {
 // ReplayOutcome is what Replay did with one dead letter.
 type ReplayOutcome struct {
 	TaskID string `json:"task_id"`
-	// Outcome: enqueued; duplicate (already queued again, or another
-	// replay of it is under way: it books it once); not_dead (the
-	// task is queued, running or delivered: the entry was stale, and
-	// nothing is sent again); failed (see Error).
+	// Outcome: enqueued, scheduled or held, as a publish's (Target);
+	// duplicate (already queued again, or another replay of it is under
+	// way: it books it once); not_dead (the task is queued, running or
+	// delivered: the entry was stale, and nothing is sent again); failed
+	// (see Error).
 	Outcome Outcome `json:"outcome"`
-	Error   string  `json:"error,omitempty"`
+	// ProcessAt and HeldReason are the publish's (Target): a replay into
+	// a paused subscriber, an open breaker or a cooldown is held, not sent.
+	ProcessAt  time.Time `json:"process_at,omitzero"`
+	HeldReason string    `json:"held_reason,omitempty"`
+	Error      string    `json:"error,omitempty"`
 }
 
 // NotDead is the outcome of replaying an entry whose task is not dead.
@@ -321,9 +326,9 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter, how bookin
 // entry marked replayed, nil when it is not to be (nothing was sent).
 func (p *Producer) replayClaimed(ctx context.Context, e tasks.DeadLetter, s tasks.Subscriber, c *replayClaim, how booking) (o ReplayOutcome, marked []byte) {
 	o = ReplayOutcome{TaskID: e.TaskID, Outcome: Failed}
-	mark := func(out Outcome) (ReplayOutcome, []byte) {
+	mark := func(t Target) (ReplayOutcome, []byte) {
 		e.ReplayedAt = p.nowFunc().UTC()
-		o.Outcome = out
+		o.Outcome, o.ProcessAt, o.HeldReason = t.Outcome, t.ProcessAt, t.HeldReason
 		return o, tasks.MarshalLedger(e)
 	}
 	// The delivery record, its one owner, says whether it is dead: a
@@ -339,7 +344,7 @@ func (p *Producer) replayClaimed(ctx context.Context, e tasks.DeadLetter, s task
 				return o, nil
 			}
 			if ok {
-				return mark(t.Outcome)
+				return mark(t)
 			}
 		}
 		o.Outcome = NotDead
@@ -368,12 +373,12 @@ func (p *Producer) replayClaimed(ctx context.Context, e tasks.DeadLetter, s task
 		// be delivered in another lane's queue), so that asynqmon does not
 		// list as dead what the ledger marks replayed.
 		if err := p.freeArchived(e.Queue, e.TaskID); err != nil {
-			o, marked = mark(res.Targets[0].Outcome)
+			o, marked = mark(res.Targets[0])
 			o.Error = err.Error()
 			return o, marked
 		}
 	}
-	return mark(res.Targets[0].Outcome)
+	return mark(res.Targets[0])
 }
 
 // archiveAttempts moves the attempt list of e (an entry of the release

@@ -33,14 +33,20 @@ func (p *Producer) GetDelivery(ctx context.Context, sub, eventID string) (tasks.
 	if err := tasks.ValidateEventID(eventID); err != nil {
 		return tasks.DeliveryRecord{}, err
 	}
-	h, err := p.rdb.HGetAll(ctx, p.keys.Delivery(sub, eventID)).Result()
-	if err != nil {
+	var h *redis.MapStringStringCmd
+	var g gateReads
+	var now *redis.TimeCmd
+	if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		h, now, g = pl.HGetAll(ctx, p.keys.Delivery(sub, eventID)), pl.Time(ctx), p.gateReadsIn(ctx, pl, sub)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) { // no cooldown key: Nil
 		return tasks.DeliveryRecord{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
-	d, ok := tasks.ParseDeliveryRecord(sub, eventID, h, true)
+	d, ok := tasks.ParseDeliveryRecord(sub, eventID, h.Val(), true)
 	if !ok {
 		return d, fmt.Errorf("%w: event %s to subscriber %s", ErrUnknownDelivery, eventID, sub)
 	}
+	showParked(&d, g, now.Val())
 	return d, nil
 }
 
@@ -128,7 +134,8 @@ func validStreamID(s string) bool {
 }
 
 // readRecords reads the records of event ids[i] to subscribers subs[i],
-// without their attempts, in one round trip (one per Cluster node); those
+// without their attempts, a parked one's state as it is now (showParked),
+// in one round trip (one per Cluster node); those
 // gone (past their retention) are left out.
 func (p *Producer) readRecords(ctx context.Context, subs, ids []string) ([]tasks.DeliveryRecord, error) {
 	out := make([]tasks.DeliveryRecord, 0, len(ids))
@@ -136,16 +143,23 @@ func (p *Producer) readRecords(ctx context.Context, subs, ids []string) ([]tasks
 		return out, nil
 	}
 	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	gates := map[string]gateReads{}
+	var now *redis.TimeCmd
 	if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		now = pl.Time(ctx)
 		for i := range ids {
 			cmds[i] = pl.HGetAll(ctx, p.keys.Delivery(subs[i], ids[i]))
+			if _, ok := gates[subs[i]]; !ok {
+				gates[subs[i]] = p.gateReadsIn(ctx, pl, subs[i])
+			}
 		}
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, redis.Nil) { // no cooldown key: Nil
 		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	for i := range ids {
 		if r, ok := tasks.ParseDeliveryRecord(subs[i], ids[i], cmds[i].Val(), false); ok {
+			showParked(&r, gates[subs[i]], now.Val())
 			out = append(out, r)
 		}
 	}
@@ -208,7 +222,7 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 		}
 		if len(entries) == 1 && entries[0].Event != nil {
 			o := p.replayOne(ctx, entries[0], bookResend)
-			t := Target{SubscriberID: sub, TaskID: o.TaskID, Outcome: o.Outcome}
+			t := Target{SubscriberID: sub, TaskID: o.TaskID, Outcome: o.Outcome, ProcessAt: o.ProcessAt, HeldReason: o.HeldReason}
 			switch o.Outcome {
 			case NotDead:
 				return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrDeliveryActive, eventID, sub, o.Error)
@@ -280,8 +294,8 @@ func (p *Producer) handOutAgain(ctx context.Context, s tasks.Subscriber, eventID
 		return t, true, err
 	case h == handedPresent:
 		return Target{}, false, nil
-	case h == handedBusy:
-		t.ProcessAt = limits.CeilSecond(leaseEnd).UTC()
+	case h == handedBusy: // nothing enqueued: the turn at the lease's end does it
+		t.Outcome, t.ProcessAt = Scheduled, limits.CeilSecond(leaseEnd).UTC()
 	}
 	res := &PublishResult{Targets: []Target{t}}
 	err = p.waitReplicas(ctx, res)

@@ -21,16 +21,28 @@ import (
 type Outcome string
 
 const (
-	Enqueued  Outcome = "enqueued"
+	// Enqueued: handed to the workers (asynq) now.
+	Enqueued Outcome = "enqueued"
+	// Scheduled: parked until Target.ProcessAt (PublishOpts.NotBefore), or
+	// behind the subscriber's rate and in-flight limits (no ProcessAt: as
+	// soon as they allow).
+	Scheduled Outcome = "scheduled"
 	Duplicate Outcome = "duplicate" // booked before for the subscriber as it is now: nothing new will be sent
 	Failed    Outcome = "failed"    // see Target.Err; publishing again is safe
-	// Held: the subscriber is paused; the event is queued and waits until
-	// it is resumed (or dead-letters at its retry horizon).
+	// Held: booked, and kept from its destination for Target.HeldReason:
+	// the subscriber is paused (until resumed), its breaker is open (until
+	// a probe succeeds), or it is cooling down after a 429 (until
+	// ProcessAt). Like any delivery it dead-letters at its retry horizon.
 	Held Outcome = "held"
 	// Skipped: the subscriber is paused and PublishOpts.SkipPaused asked
 	// to leave it out: nothing was queued for it.
 	Skipped Outcome = "skipped"
 )
+
+// Booked reports whether the outcome is a delivery booked by this call:
+// enqueued, scheduled or held (each will be sent, or dead-letter at its
+// retry horizon).
+func (o Outcome) Booked() bool { return o == Enqueued || o == Scheduled || o == Held }
 
 // Target is one subscriber's part of a publish.
 type Target struct {
@@ -38,7 +50,46 @@ type Target struct {
 	TaskID       string    `json:"task_id"`
 	Outcome      Outcome   `json:"outcome"`
 	ProcessAt    time.Time `json:"process_at,omitzero"` // when it becomes due, if not at once
-	Err          error     `json:"-"`
+	// HeldReason says why a Held target waits: HeldPaused,
+	// HeldBreakerOpen or HeldCooling.
+	HeldReason string `json:"held_reason,omitempty"`
+	Err        error  `json:"-"`
+}
+
+// Why a Held target waits (Target.HeldReason).
+const (
+	HeldPaused      = "paused"
+	HeldBreakerOpen = "breaker_open"
+	HeldCooling     = "cooling"
+)
+
+// outcomeOf is what a booking b did, from what the booking script saw, in
+// Redis' clock (b.Now): the same clock b.Due is in. A duplicate is one
+// whatever its state: nothing new was booked.
+func outcomeOf(b limits.Booked) Target {
+	var t Target
+	switch {
+	case b.Duplicate:
+		t.Outcome = Duplicate
+	case b.Where != limits.WhereLot:
+		t.Outcome = Enqueued
+	case b.State == tasks.StateHeld && b.Held:
+		t.Outcome, t.HeldReason = Held, HeldPaused
+	case b.State == tasks.StateHeld:
+		t.Outcome, t.HeldReason = Held, HeldBreakerOpen
+	case b.State == tasks.StateCooling:
+		t.Outcome, t.HeldReason = Held, HeldCooling
+	default:
+		t.Outcome = Scheduled
+	}
+	due := b.Due
+	if t.HeldReason == HeldCooling && b.CoolingUntil.After(due) {
+		due = b.CoolingUntil
+	}
+	if b.Where == limits.WhereLot && due.After(b.Now) {
+		t.ProcessAt = limits.CeilSecond(due).UTC()
+	}
+	return t
 }
 
 // PublishResult lists each matching subscriber's outcome.
@@ -257,15 +308,8 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 		case b.Unknown:
 			t.Outcome, t.Err = Failed, fmt.Errorf("%w: subscriber %s is being created or deleted; publish again", ErrUnknownSubscriber, s.ID)
 		default:
-			t.Outcome = Enqueued
-			if b.Duplicate {
-				t.Outcome = Duplicate
-			} else if b.Held {
-				t.Outcome = Held
-			}
-			if b.Due.After(now) {
-				t.ProcessAt = limits.CeilSecond(b.Due).UTC()
-			}
+			o := outcomeOf(b)
+			t.Outcome, t.ProcessAt, t.HeldReason = o.Outcome, o.ProcessAt, o.HeldReason
 			switch b.Where {
 			case limits.WhereLot:
 				notify = append(notify, i)
@@ -298,6 +342,9 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 					t.Outcome, t.Err = Failed, err
 				case h == handedBusy:
 					// Nothing enqueued: the turn at the lease's end does it.
+					if t.Outcome == Enqueued {
+						t.Outcome = Scheduled
+					}
 					t.ProcessAt = limits.CeilSecond(b.Due.Add(limits.OutLease)).UTC()
 				case h == handedNew && t.Outcome == Duplicate && !p.ended(ctx, s.ID, ev.ID):
 					t.Outcome = Enqueued

@@ -8,21 +8,6 @@ import (
 	"time"
 )
 
-// The states of a delivery, as its record (Keys.Delivery) holds them.
-const (
-	StateScheduled = "scheduled" // parked: waiting for its time (a not-before time, its turn at the subscriber's pace)
-	StatePending   = "pending"   // handed to asynq: due, in its queue
-	StateInFlight  = "in_flight" // taken by a worker: its request is being sent
-	StateRetrying  = "retrying"  // parked: a counted failure, waiting for its backoff
-	StateCooling   = "cooling"   // parked: its destination cools down (a 429's or 503's Retry-After)
-	StateHeld      = "held"      // parked: its subscriber is paused or its circuit breaker open
-	StateDelivered = "delivered"
-	StateDead      = "dead" // dead-lettered (see the ledger)
-)
-
-// States lists every delivery state.
-var States = []string{StateScheduled, StatePending, StateInFlight, StateRetrying, StateCooling, StateHeld, StateDelivered, StateDead}
-
 // DeliveryRecord is what hooklane keeps of one (subscriber, event)
 // delivery: its one record (Keys.Delivery), the owner of every fact about
 // it. Its hash fields (RecordField* name them): g (the subscriber's

@@ -49,10 +49,19 @@ func (c *console) resend(w http.ResponseWriter, r *http.Request) error {
 	if err := c.s.ingest.allow(r.Context(), r); err != nil {
 		return err
 	}
-	if _, err := c.s.p.Resend(r.Context(), sub, ev); err != nil {
+	t, err := c.s.p.Resend(r.Context(), sub, ev)
+	if err != nil {
 		return err
 	}
-	return seeOther(w, r, deliveryPath(sub, ev)+"?done=resent")
+	// The page says what the resend did: sent, or booked and waiting.
+	done := "resent"
+	switch t.Outcome {
+	case producer.Scheduled:
+		done = "resent-scheduled"
+	case producer.Held:
+		done = "resent-held-" + t.HeldReason
+	}
+	return seeOther(w, r, deliveryPath(sub, ev)+"?done="+done)
 }
 
 type rotatedPage struct {

@@ -32,7 +32,12 @@ var flashes = map[string]string{
 	"paused":  "Paused: new events are held for it, and so are its queued ones, until it is resumed.",
 	"resumed": "Resumed: its held events are on their way.",
 	"resent":  "Sent again, with the same webhook-id: a new series of attempts below.",
-	"test":    "Test event sent: a hooklane.ping to this subscriber alone, signed and delivered like any other.",
+	// a resend that was booked but not sent (producer.Outcome)
+	"resent-scheduled":         "Booked again, with the same webhook-id: scheduled, it goes at its turn at the subscriber's pace.",
+	"resent-held-paused":       "Booked again, with the same webhook-id, but held: the subscriber is paused; it goes once it is resumed.",
+	"resent-held-breaker_open": "Booked again, with the same webhook-id, but held: the circuit breaker is open; it goes once a probe succeeds.",
+	"resent-held-cooling":      "Booked again, with the same webhook-id, but held: the destination cools down; it goes when the cooldown ends.",
+	"test":                     "Test event sent: a hooklane.ping to this subscriber alone, signed and delivered like any other.",
 }
 
 // intParam reads query parameter name: def when absent, else lo to hi.

@@ -27,7 +27,7 @@ func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- dev.Run(ctx, dev.Options{Getenv: func(k string) string { return env[k] }, Out: &out,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: 20})
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Events: 20, DataDir: t.TempDir()})
 	}()
 	banner := regexp.MustCompile(`asynqmon UI\s+(http://127\.0\.0\.1:\d+)/monitoring/\s+\(user: anything, password: (\S+)\)`)
 	var m []string
@@ -43,7 +43,7 @@ func TestDevShowsDeliveriesRetriesAndDeadLetters(t *testing.T) {
 
 	// demo-fast's 3 reminders, due in 90 s, are scheduled, not retrying:
 	// no request was made for them; the progress line says so too.
-	fastLine := regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d  demo-fast: 20 delivered, 3 scheduled, 0 retrying, 0 dead  demo-limited: `)
+	fastLine := regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d  demo-fast: 20 delivered, 0 dead; waiting: 3 scheduled, 0 retrying, 0 cooling, 0 held  demo-limited: `)
 	testkit.Eventually(t, 60*time.Second, "fast deliveries, 429s, dead letters and an open breaker", func() bool {
 		fast, err1 := c.Status(ctx, "demo-fast")
 		limited, err2 := c.Status(ctx, "demo-limited")

@@ -68,11 +68,11 @@ func (s *Server) writePublished(w http.ResponseWriter, res *producer.PublishResu
 		}
 		return err
 	}
-	// 202 when something new was queued (held included); a repeat of an
+	// 202 when something new was booked (enqueued, scheduled or held); a repeat of an
 	// earlier publish (all duplicates) changes nothing and is a plain 200.
 	status := http.StatusOK
 	for _, t := range res.Targets {
-		if t.Outcome == producer.Enqueued || t.Outcome == producer.Held {
+		if t.Outcome.Booked() {
 			status = http.StatusAccepted
 		}
 	}

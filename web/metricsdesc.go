@@ -16,22 +16,25 @@ type countDescs struct {
 	deliveries, responses, throttled, deferrals, dead, latency, lateness *prometheus.Desc
 }
 
-func newCountDescs(prefix, whose string, labels ...string) countDescs {
+// newCountDescs names one counters hash's series; since says from when it
+// counts: every one of them is all-time, never reset, and says so.
+func newCountDescs(prefix, whose, since string, labels ...string) countDescs {
 	l := func(more ...string) []string { return append(labels[:len(labels):len(labels)], more...) }
+	whose += ", all-time (" + since + ")"
 	return countDescs{
-		deliveries: desc(prefix+"deliveries_total", "Delivery task runs"+whose+" by outcome: delivered (2xx), failed (counted, will retry), deferred (not yet; no attempt spent), dead, infra_error (Redis trouble in a gate).", l("outcome")...),
-		responses:  desc(prefix+"responses_total", "Answers received from endpoints"+whose+` by HTTP status; code "error" when the request got none (connect error, timeout).`, l("code")...),
+		deliveries: desc(prefix+"deliveries_total", "Delivery task runs"+whose+", by outcome: delivered (2xx), failed (counted, will retry), deferred (not yet; no attempt spent), dead, infra_error (Redis trouble in a gate).", l("outcome")...),
+		responses:  desc(prefix+"responses_total", "Answers received from endpoints"+whose+`, by HTTP status; code "error" when the request got none (connect error, timeout).`, l("code")...),
 		throttled:  desc(prefix+"throttled_total", "429 Too Many Requests answers received from endpoints"+whose+".", l()...),
-		deferrals:  desc(prefix+"deferrals_total", "Tasks"+whose+" rescheduled without spending an attempt, by the gate that deferred them.", l("gate")...),
-		dead:       desc(prefix+"dead_letters_total", "Deliveries"+whose+" given up, by reason: attempts, horizon, gone, refused, undecodable.", l("reason")...),
+		deferrals:  desc(prefix+"deferrals_total", "Tasks"+whose+", rescheduled without spending an attempt, by the gate that deferred them.", l("gate")...),
+		dead:       desc(prefix+"dead_letters_total", "Deliveries"+whose+", given up, by reason: attempts, horizon, gone, refused, undecodable.", l("reason")...),
 		latency:    desc(prefix+"delivery_latency_seconds", "Publish to delivered (2xx received)"+whose+".", l()...),
 		lateness:   desc(prefix+"delivery_lateness_seconds", "Due (the later of publish and not-before) to delivered"+whose+": how late a scheduled event arrived.", l()...),
 	}
 }
 
 var (
-	aggregateDescs  = newCountDescs("", ", every subscriber together,")
-	subscriberDescs = newCountDescs("subscriber_", " of a subscriber marked for metrics", "subscriber")
+	aggregateDescs  = newCountDescs("", ", every subscriber together", "since the namespace's first delivery")
+	subscriberDescs = newCountDescs("subscriber_", " of a subscriber marked for metrics", "since the subscriber was created", "subscriber")
 
 	descUp           = desc("redis_up", "1 when the last scrape could read hooklane's state from Redis.")
 	descSubscribers  = desc("subscribers", "Subscribers.")
@@ -48,9 +51,9 @@ var (
 	descOldest       = desc("oldest_eligible_task_age_seconds", "Age of the oldest task that is due and waiting for a worker (asynq queue latency).", "queue")
 	descRetryWait    = desc("retry_wait_tasks", "Tasks waiting in asynq's retry state: counted failures in backoff and deferrals waiting for a deadline.", "queue")
 	descScheduled    = desc("scheduled_tasks", "Tasks waiting for a not-before time or a pacing slot.", "queue")
-	descOperator     = desc("operator_events_total", "Operator events published (hooklane.subscriber.failing, .recovered, .disabled, hooklane.delivery.dead), by type.", "type")
-	descDropped      = desc("dropped_total", "Tasks dropped unsent, by reason: deleted (their subscriber was deleted or re-created since).", "reason")
-	descRescued      = desc("rescued_total", "Deliveries that nothing was moving, moved by the rescuer or a turn, by reason: no_turn, lost_run, lost_task, stale.", "reason")
+	descOperator     = desc("operator_events_total", "Operator events published (hooklane.subscriber.failing, .recovered, .disabled, hooklane.delivery.dead), all-time, by type.", "type")
+	descDropped      = desc("dropped_total", "Tasks dropped unsent, all-time, by reason: deleted (their subscriber was deleted or re-created since).", "reason")
+	descRescued      = desc("rescued_total", "Deliveries that nothing was moving, moved by the rescuer or a turn, all-time, by reason: no_turn, lost_run, lost_task, stale.", "reason")
 )
 
 var allDescs = []*prometheus.Desc{

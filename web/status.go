@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,20 +77,48 @@ func breakerView(b limits.Breaker) Breaker {
 		NextProbe: at(b.NextProbe), LastError: b.LastError, LastErrorAt: at(b.LastErrorAt), SlowStartSince: at(b.RampingSince)}
 }
 
-// Counts: Scheduled, Retrying and Pending are live: the subscriber's
-// deliveries parked (waiting for their time, a backoff, a cooldown, a
-// resume or a closed breaker) that no request was made for yet
-// (Scheduled) or that were tried before (Retrying), and those handed to
-// asynq and not yet taken (Pending); the rest are the worker's all-time
-// counters (worker.ReadStats).
+// Counts are a subscriber's deliveries by state, in the words of a
+// delivery's state (tasks.States). Scheduled, Retrying, Cooling, Held and
+// Pending are live: its parked deliveries by why they wait now (held while
+// it is paused or its breaker open, cooling while a cooldown runs, else
+// retrying when a request was made for one, scheduled when none was), and
+// those handed to the workers and not yet taken (pending). Delivered,
+// Dead, Failed and Deferred are all-time counters, since the subscriber
+// was created (worker.ReadStats). Held and Cooling were added in issue 35:
+// before, Scheduled and Retrying counted them too.
 type Counts struct {
-	Delivered int64 `json:"delivered"`
+	Delivered int64 `json:"delivered"` // all-time
 	Scheduled int64 `json:"scheduled"`
 	Retrying  int64 `json:"retrying"`
+	Cooling   int64 `json:"cooling"`
+	Held      int64 `json:"held"`
 	Pending   int64 `json:"pending"`
-	Dead      int64 `json:"dead"`
-	Failed    int64 `json:"failed"`
-	Deferred  int64 `json:"deferred"`
+	Dead      int64 `json:"dead"`     // all-time
+	Failed    int64 `json:"failed"`   // all-time: failed attempts
+	Deferred  int64 `json:"deferred"` // all-time: runs put back to wait
+}
+
+// parkedCounts splits a subscriber's parked deliveries (its lot), tried
+// of them a request was made for, by why they wait now (tasks.ParkedState):
+// all held while it is paused or its breaker open; during a cooldown,
+// cooling those due before it ends (dueInCooldown), and of the rest
+// retrying those tried beyond the cooling ones (the tried are mostly
+// the cooling: the 429 that started the cooldown; the split of the rest
+// is exact when they are). The three reads are one pipeline's, not one
+// step's: a delivery may move between them, hence the clamps.
+func parkedCounts(g tasks.Gate, parked, tried int64, dueInCooldown *redis.IntCmd) (held, cooling, scheduled, retrying int64) {
+	tried = min(tried, parked)
+	switch tasks.ParkedState(false, time.Time{}, g) {
+	case tasks.StateHeld:
+		return parked, 0, 0, 0
+	case tasks.StateCooling:
+		if dueInCooldown != nil {
+			cooling = min(dueInCooldown.Val(), parked)
+		}
+		retrying = min(max(tried-cooling, 0), parked-cooling)
+		return 0, cooling, parked - cooling - retrying, retrying
+	}
+	return 0, 0, parked - tried, tried
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
@@ -144,6 +173,27 @@ func (s *Server) statuses(ctx context.Context, subs []tasks.Subscriber) ([]Statu
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err)
 	}
+	// A cooldown holds back the parked deliveries due before it ends: one
+	// more round trip counts them, for the subscribers cooling now.
+	gates := make([]tasks.Gate, len(subs))
+	dueInCooldown := make([]*redis.IntCmd, len(subs))
+	cooling := false
+	for i := range subs {
+		gates[i] = producer.GateOf(rs[i].rec.Val(), rs[i].cool.Val(), now.Val())
+		cooling = cooling || tasks.ParkedState(false, time.Time{}, gates[i]) == tasks.StateCooling
+	}
+	if cooling {
+		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, sub := range subs {
+				if g := gates[i]; tasks.ParkedState(false, time.Time{}, g) == tasks.StateCooling {
+					dueInCooldown[i] = p.ZCount(ctx, keys.Gates(sub.ID).Lot, "-inf", strconv.FormatInt(g.CoolingUntil.UnixMilli(), 10))
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err)
+		}
+	}
 	out := make([]Status, len(subs))
 	for i, sub := range subs {
 		r := rs[i]
@@ -166,9 +216,9 @@ func (s *Server) statuses(ctx context.Context, subs []tasks.Subscriber) ([]Statu
 		}
 		counts := worker.ParseCounts(r.stats.Val())
 		// read in one pipeline, not one step: a delivery may move between them
-		retrying := min(r.retrying.Val(), r.parked.Val())
-		st.Counts = Counts{Delivered: counts["delivered"], Failed: counts["failed"], Scheduled: r.parked.Val() - retrying,
-			Retrying: retrying, Pending: r.handed.Val()}
+		st.Counts = Counts{Delivered: counts["delivered"], Failed: counts["failed"], Pending: r.handed.Val()}
+		st.Counts.Held, st.Counts.Cooling, st.Counts.Scheduled, st.Counts.Retrying = parkedCounts(gates[i], r.parked.Val(),
+			r.retrying.Val(), dueInCooldown[i])
 		for k, v := range counts {
 			switch {
 			case strings.HasPrefix(k, "dead:"):

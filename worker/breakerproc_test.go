@@ -535,7 +535,7 @@ func healthyLatency(t *testing.T, backlog bool) []time.Duration {
 	// ones would queue behind them and their p99 would be seconds.
 	w := startProc(t, redisURL(), ns, "HOOKLANE_CONCURRENCY=20")
 	send := func(sub, id string) {
-		if r, err := b.p.SendTo(ctx, sub, tasks.Event{ID: id, Type: "t", Data: []byte(`1`)}, nil); err != nil || r.Targets[0].Outcome != producer.Enqueued {
+		if r, err := b.p.SendTo(ctx, sub, tasks.Event{ID: id, Type: "t", Data: []byte(`1`)}, nil); err != nil || !r.Targets[0].Outcome.Booked() {
 			t.Fatalf("publish %s to %s: %v %v", id, sub, r, err)
 		}
 	}

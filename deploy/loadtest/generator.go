@@ -168,7 +168,7 @@ func (g *Generator) publish(ctx context.Context, ev tasks.Event, began time.Time
 		if res != nil {
 			for _, t := range res.Targets {
 				// A duplicate on a repeat is the earlier call's enqueue.
-				if t.Outcome == producer.Enqueued || t.Outcome == producer.Held || (try > 0 && t.Outcome == producer.Duplicate) {
+				if t.Outcome.Booked() || (try > 0 && t.Outcome == producer.Duplicate) {
 					g.Ledger.add(t.SubscriberID, ev.ID, began)
 				}
 			}

@@ -3,8 +3,6 @@ package dev
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
@@ -30,17 +29,28 @@ type Options struct {
 	Out io.Writer
 	// Logger gets the processes' logs.
 	Logger *slog.Logger
-	// DataDir holds the local Redis' data. Default ".hooklane/redis".
+	// DataDir keeps what a run leaves to the next: the API token (token)
+	// and the own Redis' data (redis/). Default ".hooklane/dev".
 	DataDir string
+	// RedisPort is the port of the own redis-server on 127.0.0.1, when no
+	// Redis is configured. Default 6379, where `hooklane worker` and the
+	// SDK look by default.
+	RedisPort int
+	// Fresh starts from zero: a new token, and the own Redis' data
+	// deleted. With a Redis configured it is an error: that Redis is not
+	// dev mode's to empty.
+	Fresh bool
 	// Events is the demo's burst. Default 30; negative: no demo.
 	Events int
 }
 
-// Run is `make run`: it starts (or reuses) a local redis-server unless a
-// Redis is configured (REDIS_URL, a Cluster or Sentinel), a worker and the
-// web process on 127.0.0.1:$PORT, and a demo receiver with three
-// subscribers, publishes a burst of events, prints where to look, and runs
-// until ctx is done.
+// Run is `make run`: it starts its own redis-server unless a Redis is
+// configured (REDIS_URL, a Cluster or Sentinel), a worker and the web
+// process on 127.0.0.1:$PORT, and a demo receiver with three subscribers,
+// publishes a burst of events, prints where to look, and runs until ctx is
+// done. The token and the Redis data are kept in DataDir for the next run
+// (deploy.LocalRedis says how a Redis is known to be dev mode's own and
+// why a foreign one is refused).
 func Run(ctx context.Context, o Options) error {
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
@@ -51,7 +61,8 @@ func Run(ctx context.Context, o Options) error {
 	if o.Out == nil {
 		o.Out = os.Stdout
 	}
-	o.DataDir = cmp.Or(o.DataDir, ".hooklane/redis")
+	o.DataDir = cmp.Or(o.DataDir, ".hooklane/dev")
+	o.RedisPort = cmp.Or(o.RedisPort, 6379)
 	o.Events = cmp.Or(o.Events, 30)
 	log := o.Logger
 
@@ -59,24 +70,31 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	if !rc.IsSet() {
-		r, err := deploy.LocalRedis(ctx, o.DataDir)
+	if rc.IsSet() && o.Fresh {
+		return errors.New("-fresh empties only the Redis hooklane dev starts itself; with a Redis configured (REDIS_URL, a Cluster or Sentinel), empty it yourself or set HOOKLANE_NAMESPACE to a new name, and run without -fresh")
+	}
+	// The web port first: a second run beside this one stops here, before
+	// it could touch the first one's Redis.
+	ln, err := net.Listen("tcp", "127.0.0.1:"+cmp.Or(o.Getenv("PORT"), "8080"))
+	if err != nil {
+		return fmt.Errorf("web: %w (set PORT to use another port)", err)
+	}
+	redisNote, own := "the one configured", !rc.IsSet()
+	if own {
+		r, err := deploy.LocalRedis(ctx, filepath.Join(o.DataDir, "redis"), o.RedisPort, o.Fresh)
 		if err != nil {
+			ln.Close()
 			return err
 		}
 		defer r.Stop()
 		rc = deploy.RedisConfig{URL: r.URL}
-		log.Info("using local redis", "url", r.URL, "started_here", r.Dir != "")
+		redisNote = r.URL + ", data in " + r.Dir
+		log.Info("started own redis", "url", r.URL, "dir", r.Dir)
 	}
-	token := o.Getenv("HOOKLANE_API_TOKEN")
-	if token == "" {
-		var b [16]byte
-		_, _ = rand.Read(b[:])
-		token = "dev-" + hex.EncodeToString(b[:])
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:"+cmp.Or(o.Getenv("PORT"), "8080"))
+	token, err := devToken(o)
 	if err != nil {
-		return fmt.Errorf("web: %w (set PORT to use another port)", err)
+		ln.Close()
+		return err
 	}
 	// The demo receiver is on loopback: its subscribers name 127.0.0.1,
 	// which the web process and the worker allow here; production stays
@@ -156,13 +174,15 @@ func Run(ctx context.Context, o Options) error {
     API           curl -H 'Authorization: Bearer %[2]s' %[1]s/v1/subscribers
     CLI           HOOKLANE_API_TOKEN=%[2]s go run . subscribers status demo-limited
     metrics       curl -H 'Authorization: Bearer %[2]s' %[1]s/metrics
-  Within a minute: demo-fast delivered, demo-limited retrying on its Retry-After,
+    Redis         %[5]s
+  %[6]s
+  Within a minute: demo-fast delivered, demo-limited cooling on its Retry-After,
   demo-down's breaker open (subscribers status demo-down), its first events in
   the dead letters (console: demo-down; asynqmon: Archived tab), the rest held.
   Ctrl-C stops everything.
 
 `, base, token, "http://hooklane:"+token+"@"+ln.Addr().String()+"/monitoring/",
-		"http://hooklane:"+token+"@"+ln.Addr().String()+"/console/")
+		"http://hooklane:"+token+"@"+ln.Addr().String()+"/console/", redisNote, keptNote(o, own))
 	if o.Events > 0 {
 		go progress(ctx, cli.NewClient(base, token), o.Out, 3*time.Second)
 	}
@@ -172,6 +192,19 @@ func Run(ctx context.Context, o Options) error {
 	case e := <-exits: // one process ended early: stop the other
 		return stop(e)
 	}
+}
+
+// keptNote says what the next run keeps of this one; own: dev mode
+// started its Redis.
+func keptNote(o Options, own bool) string {
+	tok := "The token (kept in " + filepath.Join(o.DataDir, "token") + ")"
+	if o.Getenv("HOOKLANE_API_TOKEN") != "" {
+		tok = "The token (HOOKLANE_API_TOKEN)"
+	}
+	if !own {
+		return tok + " stays for the next run, and the configured Redis keeps its data."
+	}
+	return tok + " and the Redis data stay for the next run;\n  make run-fresh (hooklane dev -fresh) starts from zero."
 }
 
 // progress prints the demo subscribers' counts every interval while they
@@ -192,10 +225,11 @@ func progress(ctx context.Context, c *cli.Client, out io.Writer, every time.Dura
 			if err != nil {
 				break
 			}
-			// scheduled: parked, never tried yet (the reminders due later, a
-			// backlog waiting for its rate); retrying: parked after a request
-			line += fmt.Sprintf("  %s: %d delivered, %d scheduled, %d retrying, %d dead", id, st.Counts.Delivered,
-				st.Counts.Scheduled, st.Counts.Retrying, st.Counts.Dead)
+			// In the words of a delivery's state (tasks.States): delivered
+			// and dead all-time, the rest waiting now.
+			c := st.Counts
+			line += fmt.Sprintf("  %s: %d delivered, %d dead; waiting: %d scheduled, %d retrying, %d cooling, %d held", id,
+				c.Delivered, c.Dead, c.Scheduled, c.Retrying, c.Cooling, c.Held)
 			if st.CoolingUntil != nil {
 				line += fmt.Sprintf(" (429: cooling %ds)", int(time.Until(*st.CoolingUntil).Seconds()+0.5))
 			}
