@@ -274,26 +274,41 @@ func (p *Producer) handOutBatch(ctx context.Context, items []batchItem, booked [
 	type lotRef struct{ item, target int }
 	var lots []lotRef
 	var mu sync.Mutex
-	var wg sync.WaitGroup
 	sem := make(chan struct{}, handOutsAtOnce)
+	// An id given again in the batch is handed out in a wave after the
+	// one before it, as a publish after a publish: it finds the first's
+	// task and is a duplicate.
+	seen := map[string]int{}
+	var waves [][]int
 	for i, it := range live {
-		res := &PublishResult{EventID: it.Event.ID, Targets: make([]Target, len(it.subs))}
-		results[i] = res
-		for j, s := range it.subs {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				t, lot := p.target(ctx, it.Event.ID, s, booked[it.first+j], now, shards, false)
-				res.Targets[j] = t
-				if lot {
-					mu.Lock()
-					lots = append(lots, lotRef{i, j})
-					mu.Unlock()
-				}
-			})
+		results[i] = &PublishResult{EventID: it.Event.ID, Targets: make([]Target, len(it.subs))}
+		w := seen[it.Event.ID]
+		seen[it.Event.ID]++
+		if w == len(waves) {
+			waves = append(waves, nil)
 		}
+		waves[w] = append(waves[w], i)
 	}
-	wg.Wait()
+	for _, wave := range waves {
+		var wg sync.WaitGroup
+		for _, i := range wave {
+			it, res := &items[i], results[i]
+			for j, s := range it.subs {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					t, lot := p.target(ctx, it.Event.ID, s, booked[it.first+j], now, shards, false)
+					res.Targets[j] = t
+					if lot {
+						mu.Lock()
+						lots = append(lots, lotRef{i, j})
+						mu.Unlock()
+					}
+				})
+			}
+		}
+		wg.Wait()
+	}
 	if len(lots) > 0 {
 		// After the bookings, as fanOut tells them.
 		if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
