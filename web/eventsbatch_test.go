@@ -1,9 +1,13 @@
 package web_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +17,7 @@ import (
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/web"
+	"github.com/hooklane/hooklane/web/cli"
 )
 
 // batchAnswer is the answer of POST /v1/events/batch, as a client reads it.
@@ -234,5 +239,49 @@ func TestBatchPublishCountsEachEventAgainstTheIngestRate(t *testing.T) {
 	var ans batchAnswer
 	if err := json.Unmarshal(again.body, &ans); again.status != 202 || err != nil || ans.Failed != 0 || ans.said()[0] != "202 s=enqueued" {
 		t.Fatalf("the refused batch again: %d %s; want each event enqueued (the refusal wrote nothing)", again.status, again.body)
+	}
+}
+
+// hooklane publish -file reads events from a file as JSON Lines, or from
+// stdin as a JSON array, and sends them 100 to a call: 150 events are two
+// calls, answered as one list in file order; the file sent again answers
+// duplicate for each. -file with another flag is a usage error.
+func TestCLIPublishFile(t *testing.T) {
+	b := setup(t, nil)
+	if r := b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": "https://a.test/h"}); r.status != 201 {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	var lines []string
+	for i := range 150 {
+		lines = append(lines, fmt.Sprintf(`{"id":"f%03d","type":"t","data":{"n":%d}}`, i, i))
+	}
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for round, want := range []string{"202 s=enqueued", "200 s=duplicate"} {
+		var ans batchAnswer
+		if err := b.cli(t, &ans, "publish", "-file", path); err != nil {
+			t.Fatal(err)
+		}
+		if len(ans.Results) != 150 || ans.Failed != 0 || ans.said()[0] != want || ans.said()[149] != want || ans.Results[149].EventID != "f149" {
+			t.Fatalf("round %d: %d results, %d failed, first %v; want 150 in file order, each %q", round, len(ans.Results), ans.Failed, ans.said()[:1], want)
+		}
+	}
+	var out bytes.Buffer
+	c := cli.FromEnv(func(k string) string {
+		return map[string]string{"HOOKLANE_URL": b.srv.URL, "HOOKLANE_API_TOKEN": token}[k]
+	})
+	c.HTTP.Transport = checked{t: t, next: b.srv.Client().Transport}
+	stdin := strings.NewReader(` [` + strings.Join(lines[:2], ",") + `, {"id":"g1","type":"t","data":null}]`)
+	if err := cli.RunIO(t.Context(), c, []string{"publish", "-file", "-"}, stdin, &out); err != nil {
+		t.Fatal(err)
+	}
+	var ans batchAnswer
+	if err := json.Unmarshal(out.Bytes(), &ans); err != nil || fmt.Sprint(ans.said()) != "[200 s=duplicate 200 s=duplicate 202 s=enqueued]" {
+		t.Fatalf("stdin: %s, %v", out.String(), err)
+	}
+	if err := b.cli(t, nil, "publish", "-file", path, "-type", "t"); !errors.Is(err, cli.ErrUsage) {
+		t.Fatalf("-file with -type: %v; want a usage error", err)
 	}
 }
