@@ -10,6 +10,11 @@
 // Config.DedupWindow after the delivery ends) says so. Publishing is
 // therefore safe to repeat until it reports no failure.
 //
+// PublishBatch (PublishEach, with options per event) publishes up to
+// MaxBatch events in a few round trips instead of a few per event, and
+// answers each as Publish would have, in order: a refused event writes
+// nothing for itself and does not stop the others.
+//
 // Every delivery has a record (Producer.GetDelivery, Producer.Deliveries):
 // its state, times and attempts; each event's payload is kept once for
 // Config.PayloadRetention (Producer.GetEvent), so that Producer.Resend can

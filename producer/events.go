@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -90,11 +91,36 @@ const EventMargin = 10 * time.Minute
 // (a publish); a resend or replay sends the event stored, and stores it
 // again only if it expired.
 func (p *Producer) storeEvent(ctx context.Context, ev tasks.Event, subs []tasks.Subscriber, notBefore time.Time, compare bool) error {
+	call, err := p.storeCall(ev, subs, notBefore, compare)
+	if err != nil {
+		return err
+	}
+	for range 3 {
+		res, err := storeEventScript.Run(ctx, p.rdb, call.Keys, call.Args...).StringSlice()
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+		switch res[0] {
+		case "ok":
+			return nil
+		case "check":
+			// Stored without a digest: compared by the stored body's, which
+			// the next call writes if the body is still the one checked.
+			call.Args[4] = checkStored(res[1])
+			continue
+		}
+		return errConflict(ev.ID)
+	}
+	return fmt.Errorf("%w: event %s's stored copy kept changing while it was compared; publish again", ErrRedisUnavailable, ev.ID)
+}
+
+// storeCall is storeEvent's script call: see storeEventScript.
+func (p *Producer) storeCall(ev tasks.Event, subs []tasks.Subscriber, notBefore time.Time, compare bool) (*limits.Call, error) {
 	// A resend or replay stores its digest too, should it store the event
 	// again: a publish of the id compares with it.
 	digest, err := tasks.EventDigest(ev.Type, ev.Data)
 	if err != nil {
-		return &tasks.FieldError{Field: "data", Msg: "not valid JSON"}
+		return nil, &tasks.FieldError{Field: "data", Msg: "not valid JSON"}
 	}
 	keep := p.cfg.PayloadRetention
 	args := make([]any, 0, 5+len(subs))
@@ -110,25 +136,14 @@ func (p *Producer) storeEvent(ctx context.Context, ev tasks.Event, subs []tasks.
 		keep += d
 	}
 	args[3] = keep.Milliseconds()
-	keys := []string{p.keys.Event(ev.ID), p.keys.LegacyEvent(ev.ID)}
-	for range 3 {
-		res, err := storeEventScript.Run(ctx, p.rdb, keys, args...).StringSlice()
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-		}
-		switch res[0] {
-		case "ok":
-			return nil
-		case "check":
-			// Stored without a digest: compared by the stored body's, which
-			// the next call writes if the body is still the one checked.
-			args[4] = checkStored(res[1])
-			continue
-		}
-		return fmt.Errorf("%w: event %s was published before with another type or other data; an id names one event: "+
-			"publish this one under a new id", ErrEventConflict, ev.ID)
-	}
-	return fmt.Errorf("%w: event %s's stored copy kept changing while it was compared; publish again", ErrRedisUnavailable, ev.ID)
+	return &limits.Call{Script: storeEventScript, Keys: []string{p.keys.Event(ev.ID), p.keys.LegacyEvent(ev.ID)}, Args: args}, nil
+}
+
+// errConflict is a publish's refusal of event id stored with another type
+// or data.
+func errConflict(id string) error {
+	return fmt.Errorf("%w: event %s was published before with another type or other data; an id names one event: "+
+		"publish this one under a new id", ErrEventConflict, id)
 }
 
 // checkStored is storeEventScript's check of a stored body: its SHA-1 (as

@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,4 +45,38 @@ func Example() {
 	// Output:
 	// acme-crm enqueued
 	// acme-crm duplicate
+}
+
+// A batch is answered event by event, in order: the bad event is refused
+// on its own, writing nothing, and the others go.
+func ExampleProducer_PublishBatch() {
+	ctx := context.Background()
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: testkit.Namespace("example")})
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
+	if _, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: "acme-crm", URL: "https://crm.acme.example/hooks", EventTypes: []string{"video.*"}}); err != nil {
+		panic(err)
+	}
+	data := json.RawMessage(`{"video_id":"vv_9f31c2"}`)
+	results, err := p.PublishBatch(ctx, []tasks.Event{
+		{ID: "evt_1", Type: "video.trending", Data: data},
+		{ID: "evt 2", Type: "video.trending", Data: data}, // no spaces in an id
+		{ID: "evt_3", Type: "video.removed", Data: data},
+	}, nil)
+	if err != nil {
+		panic(err) // the batch itself refused: more than producer.MaxBatch events
+	}
+	for _, r := range results {
+		if r.Err != nil {
+			fmt.Println("refused:", errors.Is(r.Err, producer.ErrInvalid))
+			continue
+		}
+		fmt.Println(r.Result.EventID, r.Result.Targets[0].Outcome)
+	}
+	// Output:
+	// evt_1 enqueued
+	// refused: true
+	// evt_3 enqueued
 }

@@ -3,11 +3,9 @@ package producer
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -216,24 +214,8 @@ return out`)
 
 // matching returns the subscribers whose filter matches type t, by id.
 func (p *Producer) matching(ctx context.Context, t string) ([]tasks.Subscriber, error) {
-	keys := append(p.keys.IndexKeysFor(t), p.keys.SubscriberConfigs())
-	vals, err := matchScript.Run(ctx, p.rdb, keys).StringSlice()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
-	}
-	subs := make([]tasks.Subscriber, 0, len(vals))
-	for _, v := range vals {
-		var s tasks.Subscriber
-		if err := json.Unmarshal([]byte(v), &s); err != nil {
-			p.cfg.Logger.Error("skipping unreadable subscriber", "err", err)
-			continue
-		}
-		if s.Matches(t) { // the index is exact; this is belt and braces
-			subs = append(subs, s)
-		}
-	}
-	slices.SortFunc(subs, func(a, b tasks.Subscriber) int { return strings.Compare(a.ID, b.ID) })
-	return subs, nil
+	m, err := p.matchingTypes(ctx, []string{t})
+	return m[t], err
 }
 
 // Pace is what subscriber s's deliveries are handed to asynq at (see
@@ -300,56 +282,9 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 	var errs []error
 	var notify []int
 	for i, s := range subs {
-		b := booked[i]
-		t := Target{SubscriberID: s.ID, TaskID: tasks.TaskID(s.ID, ev.ID)}
-		switch {
-		case b.Paused: // only with SkipPaused: nothing was written
-			t.Outcome = Skipped
-		case b.Unknown:
-			t.Outcome, t.Err = Failed, fmt.Errorf("%w: subscriber %s is being created or deleted; publish again", ErrUnknownSubscriber, s.ID)
-		default:
-			o := outcomeOf(b)
-			t.Outcome, t.ProcessAt, t.HeldReason = o.Outcome, o.ProcessAt, o.HeldReason
-			switch b.Where {
-			case limits.WhereLot:
-				notify = append(notify, i)
-			case limits.WhereFresh, limits.WhereBacklog:
-				// A duplicate whose task is missing (the publish before
-				// failed between its booking and its task) is this call's,
-				// unless the delivery ended since the booking: its task
-				// was done and deleted meanwhile, and the copy enqueued
-				// finds the delivery ended and drops it. A resend or replay
-				// waits a moment for the run of its dead or delivered task
-				// to let go of it (committed before asynq archives or
-				// deletes it), so that it is not left to the hand-out's
-				// 2-minute lease.
-				if resend && b.New {
-					// A fast-path booking is in the out index with no turn
-					// to come: should its task not be enqueued (a failure,
-					// a crash, an old task still active) a turn at its
-					// lease's end hands it out again. A publish leaves this
-					// to the region's rescuer; a resend is rare.
-					if err := p.gates.Notify(ctx, p.keys.Ready(s.Region), s.ID, b.Due.Add(limits.OutLease)); err != nil {
-						t.Outcome, t.Err = Failed, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
-						break
-					}
-				}
-				if how == bookRun {
-					break // its task is running: it is the hand-out
-				}
-				switch h, err := p.handOut(ctx, s, ev.ID, b.Where, shards, resend); {
-				case err != nil:
-					t.Outcome, t.Err = Failed, err
-				case h == handedBusy:
-					// Nothing enqueued: the turn at the lease's end does it.
-					if t.Outcome == Enqueued {
-						t.Outcome = Scheduled
-					}
-					t.ProcessAt = limits.CeilSecond(b.Due.Add(limits.OutLease)).UTC()
-				case h == handedNew && t.Outcome == Duplicate && !p.ended(ctx, s.ID, ev.ID):
-					t.Outcome = Enqueued
-				}
-			}
+		t, lot := p.target(ctx, ev.ID, s, booked[i], shards, how)
+		if lot {
+			notify = append(notify, i)
 		}
 		if t.Err != nil {
 			errs = append(errs, t.Err)
@@ -376,6 +311,65 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 		errs = append(errs, err)
 	}
 	return res, errors.Join(errs...)
+}
+
+// target is what became of subscriber s's booking b of event evID (what
+// fanOut reports for it), with its task handed to asynq when it goes at
+// once; lot says that it is parked and the subscriber's dispatcher is to
+// be told (after every booking of the call: fanOut, PublishEach).
+func (p *Producer) target(ctx context.Context, evID string, s tasks.Subscriber, b limits.Booked, shards int, how booking) (t Target, lot bool) {
+	resend := how != bookPublish
+	t = Target{SubscriberID: s.ID, TaskID: tasks.TaskID(s.ID, evID)}
+	switch {
+	case b.Paused: // only with SkipPaused: nothing was written
+		t.Outcome = Skipped
+	case b.Unknown:
+		t.Outcome, t.Err = Failed, fmt.Errorf("%w: subscriber %s is being created or deleted; publish again", ErrUnknownSubscriber, s.ID)
+	default:
+		o := outcomeOf(b)
+		t.Outcome, t.ProcessAt, t.HeldReason = o.Outcome, o.ProcessAt, o.HeldReason
+		switch b.Where {
+		case limits.WhereLot:
+			lot = true
+		case limits.WhereFresh, limits.WhereBacklog:
+			// A duplicate whose task is missing (the publish before
+			// failed between its booking and its task) is this call's,
+			// unless the delivery ended since the booking: its task
+			// was done and deleted meanwhile, and the copy enqueued
+			// finds the delivery ended and drops it. A resend or replay
+			// waits a moment for the run of its dead or delivered task
+			// to let go of it (committed before asynq archives or
+			// deletes it), so that it is not left to the hand-out's
+			// 2-minute lease.
+			if resend && b.New {
+				// A fast-path booking is in the out index with no turn
+				// to come: should its task not be enqueued (a failure,
+				// a crash, an old task still active) a turn at its
+				// lease's end hands it out again. A publish leaves this
+				// to the region's rescuer; a resend is rare.
+				if err := p.gates.Notify(ctx, p.keys.Ready(s.Region), s.ID, b.Due.Add(limits.OutLease)); err != nil {
+					t.Outcome, t.Err = Failed, fmt.Errorf("%w: subscriber %s: %v", ErrRedisUnavailable, s.ID, err)
+					break
+				}
+			}
+			if how == bookRun {
+				break // its task is running: it is the hand-out
+			}
+			switch h, err := p.handOut(ctx, s, evID, b.Where, shards, resend); {
+			case err != nil:
+				t.Outcome, t.Err = Failed, err
+			case h == handedBusy:
+				// Nothing enqueued: the turn at the lease's end does it.
+				if t.Outcome == Enqueued {
+					t.Outcome = Scheduled
+				}
+				t.ProcessAt = limits.CeilSecond(b.Due.Add(limits.OutLease)).UTC()
+			case h == handedNew && t.Outcome == Duplicate && !p.ended(ctx, s.ID, evID):
+				t.Outcome = Enqueued
+			}
+		}
+	}
+	return t, lot
 }
 
 // ended reports whether subscriber sub's delivery of event id has ended
@@ -456,7 +450,8 @@ func (p *Producer) Shards(ctx context.Context) (int, error) { return p.shards(ct
 
 // waitReplicas waits, with Config.WaitReplicas, until that many replicas
 // hold every write made so far, and marks the targets enqueued or
-// duplicate failed with ErrNotReplicated if they do not in time.
+// duplicate of every result failed with ErrNotReplicated if they do not in
+// time (one wait for a whole batch).
 //
 // WAIT counts the replicas that acknowledged the last write of its own
 // connection, and go-redis pools connections: the publish's writes went out
@@ -464,9 +459,9 @@ func (p *Producer) Shards(ctx context.Context) (int, error) { return p.shards(ct
 // on the same connection (a pipeline uses one): a PUBLISH, which Redis
 // replicates and which stores nothing. The replication stream is one
 // ordered log, so a replica that has it has every write acknowledged before.
-func (p *Producer) waitReplicas(ctx context.Context, res *PublishResult) error {
+func (p *Producer) waitReplicas(ctx context.Context, results ...*PublishResult) error {
 	want := p.cfg.WaitReplicas
-	if want == 0 || !slices.ContainsFunc(res.Targets, written) {
+	if want == 0 || !slices.ContainsFunc(results, func(r *PublishResult) bool { return slices.ContainsFunc(r.Targets, written) }) {
 		return nil
 	}
 	var wait *redis.Cmd
@@ -488,9 +483,11 @@ func (p *Producer) waitReplicas(ctx context.Context, res *PublishResult) error {
 	} else {
 		err = fmt.Errorf("%w: %d of %d replicas acknowledged within %s; publish again", ErrNotReplicated, acked, want, tasks.DurationWords(p.cfg.WaitTimeout))
 	}
-	for i := range res.Targets {
-		if t := &res.Targets[i]; written(*t) {
-			t.Outcome, t.Err = Failed, err
+	for _, res := range results {
+		for i := range res.Targets {
+			if t := &res.Targets[i]; written(*t) {
+				t.Outcome, t.Err = Failed, err
+			}
 		}
 	}
 	return err

@@ -34,6 +34,7 @@ var apiRoutes = []apiRoute{
 	{"GET /v1/subscribers/{id}/deliveries/{event_id}", (*Server).getDelivery},
 	{"POST /v1/subscribers/{id}/deliveries/{event_id}/resend", (*Server).resend},
 	{"POST /v1/events", (*Server).publish},
+	{"POST /v1/events/batch", (*Server).publishBatch},
 	{"GET /v1/events/{id}", (*Server).getEvent},
 	{"GET /v1/dead-letters", (*Server).listDeadLetters},
 	{"POST /v1/dead-letters/replay", (*Server).replay},

@@ -37,23 +37,15 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
 		return err
 	}
-	ev := tasks.Event{ID: req.ID, Type: req.Type, Data: req.Data}
-	if req.Timestamp != nil {
-		ev.Timestamp = req.Timestamp.UTC()
-	}
-	opts := &producer.PublishOpts{SkipPaused: req.SkipPaused}
-	if req.NotBefore != nil {
-		opts.NotBefore = *req.NotBefore
+	be, err := req.batchEvent()
+	if err != nil {
+		return err
 	}
 	var res *producer.PublishResult
-	var err error
-	if req.SubscriberID != "" {
-		if verr := tasks.ValidateSubscriberID(req.SubscriberID); verr != nil {
-			return apiErr(http.StatusUnprocessableEntity, "invalid", "subscriber_id", "want 1-64 characters of A-Z a-z 0-9 . _ -")
-		}
-		res, err = s.p.SendTo(r.Context(), req.SubscriberID, ev, opts)
+	if be.To != "" {
+		res, err = s.p.SendTo(r.Context(), be.To, be.Event, be.Opts)
 	} else {
-		res, err = s.p.Publish(r.Context(), ev, opts)
+		res, err = s.p.Publish(r.Context(), be.Event, be.Opts)
 	}
 	return s.writePublished(w, res, err)
 }
@@ -68,18 +60,10 @@ func (s *Server) writePublished(w http.ResponseWriter, res *producer.PublishResu
 		}
 		return err
 	}
-	// 202 when something new was booked (enqueued, scheduled or held); a repeat of an
-	// earlier publish (all duplicates) changes nothing and is a plain 200.
-	status := http.StatusOK
-	for _, t := range res.Targets {
-		if t.Outcome.Booked() {
-			status = http.StatusAccepted
-		}
-	}
 	if res.Targets == nil {
 		res.Targets = []producer.Target{}
 	}
-	writeJSON(w, status, res)
+	writeJSON(w, publishedStatus(res), res)
 	return nil
 }
 

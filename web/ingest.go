@@ -32,10 +32,20 @@ func newIngestLimiter(s *Server) *ingestLimiter {
 // allow takes one publish of the token r presents, or returns the 429 to
 // answer (or a 503 when Redis does not answer).
 func (il *ingestLimiter) allow(ctx context.Context, r *http.Request) error {
+	return il.allowN(ctx, r, 1)
+}
+
+// allowN takes n events (a batch) at once, all or none; a batch larger
+// than the burst could never pass and is refused as such (422).
+func (il *ingestLimiter) allowN(ctx context.Context, r *http.Request, n int) error {
+	if n > il.limit.Burst {
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "events",
+			"%d events are over this token's ingest burst of %d (HOOKLANE_INGEST_BURST): send at most %d per call", n, il.limit.Burst, il.limit.Burst)
+	}
 	tok, _ := presented(r)
 	sum := sha256.Sum256([]byte(tok))
 	key := tasks.Keys(il.s.cfg.Namespace).IngestLimiterKey(hex.EncodeToString(sum[:8]))
-	res, err := il.l.Allow(ctx, key, il.limit)
+	res, err := il.l.AllowN(ctx, key, il.limit, n)
 	if err != nil {
 		return fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 // Usage lists the operator commands.
 const Usage = `operator commands (over the API at $HOOKLANE_URL, default http://127.0.0.1:$PORT, with $HOOKLANE_API_TOKEN):
   hooklane publish -type T [-id ID] [-data JSON|@file] [-to SUBSCRIBER] [-not-before RFC3339|+DURATION]
+  hooklane publish -file FILE|-   (events as POST /v1/events takes them, each with its id: a JSON array or one object per line; sent 100 a call)
   hooklane subscribers list
   hooklane subscribers get|status|delete|pause|resume|end-cooldown ID
   hooklane subscribers put ID -url URL [-events a,b.*] [-rate N -burst N -period 1s] [-max-in-flight N] [-max-attempts N] [-secret whsec_…] [-metrics]
@@ -57,6 +59,11 @@ func FromEnv(getenv func(string) string) *Client {
 
 // RunWith is Run through c.
 func RunWith(ctx context.Context, c *Client, args []string, stdout io.Writer) error {
+	return RunIO(ctx, c, args, os.Stdin, stdout)
+}
+
+// RunIO is RunWith reading stdin for publish -file -.
+func RunIO(ctx context.Context, c *Client, args []string, stdin io.Reader, stdout io.Writer) error {
 	out := func(v any, err error) error {
 		if err != nil {
 			return err
@@ -71,6 +78,11 @@ func RunWith(ctx context.Context, c *Client, args []string, stdout io.Writer) er
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "publish":
+		if slices.ContainsFunc(rest, func(a string) bool {
+			return a == "-file" || a == "--file" || strings.HasPrefix(a, "-file=") || strings.HasPrefix(a, "--file=")
+		}) {
+			return publishFile(ctx, c, rest, stdin, stdout)
+		}
 		ev, err := parsePublish(rest)
 		if err != nil {
 			return err

@@ -158,6 +158,14 @@ func (c *Client) Publish(ctx context.Context, ev web.EventRequest) (*producer.Pu
 	return &res, err
 }
 
+// PublishBatch publishes up to producer.MaxBatch events, each as the body
+// of POST /v1/events, in one call (POST /v1/events/batch).
+func (c *Client) PublishBatch(ctx context.Context, events []json.RawMessage) (web.BatchAnswer, error) {
+	var ans web.BatchAnswer
+	_, err := c.do(ctx, "POST", "/v1/events/batch", web.BatchRequest{Events: events}, &ans)
+	return ans, err
+}
+
 // DeadLetters lists one page of dead letters, of one subscriber when sub
 // is set, from cursor ("": the newest).
 func (c *Client) DeadLetters(ctx context.Context, sub string, limit int, cursor string) (web.DeadLetterPage, error) {
