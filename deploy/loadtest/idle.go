@@ -53,8 +53,9 @@ type IdleReport struct {
 	Commands, InScripts int
 	// ByCommand and BySource count Commands by command name and by the
 	// loop that sent it (asynq's processor, forwarder, heartbeater, …,
-	// hooklane's dispatcher, rescuer, …).
-	ByCommand, BySource map[string]int
+	// hooklane's dispatcher, rescuer, …); InScriptsBySource counts
+	// InScripts by the loop whose script ran them.
+	ByCommand, BySource, InScriptsBySource map[string]int
 	// Connections is the number of client connections Redis had open
 	// after the window, the measuring one not counted.
 	Connections int
@@ -120,7 +121,7 @@ func MeasureIdle(ctx context.Context, cfg Config, spec IdleSpec) (*IdleReport, e
 			_, _ = w.Stop()
 		}
 	}()
-	rep := &IdleReport{Window: spec.Window, ByCommand: map[string]int{}, BySource: map[string]int{}}
+	rep := &IdleReport{Window: spec.Window, ByCommand: map[string]int{}, BySource: map[string]int{}, InScriptsBySource: map[string]int{}}
 	if !waitFor(ctx, 30*time.Second, func() bool { return rdb.ZCard(ctx, "asynq:servers").Val() > 0 }) {
 		return nil, errors.New("loadtest: the worker did not start its asynq Servers within 30s")
 	}
@@ -131,16 +132,20 @@ func MeasureIdle(ctx context.Context, cfg Config, spec IdleSpec) (*IdleReport, e
 	if err != nil {
 		return nil, err
 	}
+	source := ""
 	for _, l := range lines {
 		m, ok := parseMonitor(l)
 		switch {
 		case !ok:
 		case m.client == "lua":
+			// MONITOR shows a script's commands after the script's own line.
 			rep.InScripts++
+			rep.InScriptsBySource[source]++
 		default:
+			source = idleSource(keys, []string{tasks.DefaultRegion}, []string{sub.ID}, m)
 			rep.Commands++
 			rep.ByCommand[m.args[0]]++
-			rep.BySource[idleSource(keys, []string{tasks.DefaultRegion}, []string{sub.ID}, m)]++
+			rep.BySource[source]++
 		}
 	}
 	rep.Servers = int(rdb.ZCard(ctx, "asynq:servers").Val())
@@ -190,6 +195,7 @@ func (r *IdleReport) Print(out io.Writer, command string) {
 		}
 	}
 	print("by source", r.BySource)
+	print("inside scripts, by source", r.InScriptsBySource)
 	print("by command", r.ByCommand)
 	if len(r.Latency) > 0 {
 		var ms []string
