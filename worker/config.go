@@ -65,10 +65,15 @@ type Config struct {
 	// shape the exponential backoff with full jitter after a counted
 	// failure. Defaults 2s and 10m.
 	BackoffBase, BackoffMax time.Duration
-	// PollInterval (HOOKLANE_POLL_INTERVAL) is asynq's TaskCheckInterval
-	// (the idle wait between dequeues of an empty queue) and how often an
-	// idle dispatcher looks at its region's ready index for turns other
-	// processes asked for. Default 100ms.
+	// PollInterval (HOOKLANE_POLL_INTERVAL) is how soon an idle worker
+	// finds work another process gave it: asynq's TaskCheckInterval of
+	// each fresh lane's first Server (the wait between dequeues of an
+	// empty queue, 0.5-1.5 times it; the backlog lane's is twice), and how
+	// often a dispatcher idle for 10s looks at its region's ready index
+	// for turns other processes asked for (a busy one: every 100ms).
+	// Default 500ms: an event published to an idle worker starts within
+	// ~0.75s, at ~14 Redis commands/s per idle worker (deploy/BENCHMARKS.md,
+	// "Idle cost").
 	PollInterval time.Duration
 	// RescueInterval (HOOKLANE_RESCUE_INTERVAL) is how often a region's
 	// rescuer (rescuer.go) looks at a batch of subscribers for parked,
@@ -77,8 +82,10 @@ type Config struct {
 	// take, which sizes the batches. Defaults 10s and 5m.
 	RescueInterval, RescueSweep time.Duration
 	// ForwardInterval (HOOKLANE_FORWARD_INTERVAL) is asynq's
-	// DelayedTaskCheckInterval: how often due retries and scheduled tasks
-	// are moved to pending. Default 250ms, so deadlines hold within ~1s.
+	// DelayedTaskCheckInterval of each lane's first Server: how often the
+	// tasks asynq itself retries (an infrastructure error, a delivery a
+	// live run elsewhere holds) are moved to pending when due. Default 1s
+	// (asynq's retry times are whole seconds): they go within ~2s of due.
 	ForwardInterval time.Duration
 	// ShutdownTimeout (HOOKLANE_SHUTDOWN_TIMEOUT) is how long in-flight work
 	// may finish after SIGTERM before it is requeued. Default 25s, inside a
@@ -168,11 +175,11 @@ func (c Config) WithDefaults() Config {
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, time.Hour)
 	c.BackoffBase = cmp.Or(c.BackoffBase, 2*time.Second)
 	c.BackoffMax = cmp.Or(c.BackoffMax, 10*time.Minute)
-	c.PollInterval = cmp.Or(c.PollInterval, 100*time.Millisecond)
+	c.PollInterval = cmp.Or(c.PollInterval, 500*time.Millisecond)
 	c.RegionCheck = cmp.Or(c.RegionCheck, 10*time.Second)
 	c.RescueInterval = cmp.Or(c.RescueInterval, 10*time.Second)
 	c.RescueSweep = cmp.Or(c.RescueSweep, 5*time.Minute)
-	c.ForwardInterval = cmp.Or(c.ForwardInterval, 250*time.Millisecond)
+	c.ForwardInterval = cmp.Or(c.ForwardInterval, time.Second)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 25*time.Second)
 	c.DedupWindow = cmp.Or(c.DedupWindow, 24*time.Hour)
 	c.PayloadRetention = cmp.Or(c.PayloadRetention, 24*time.Hour)

@@ -114,7 +114,7 @@ const claimBatch = 64
 func (ds *dispatchers) run(d *dispatcher) {
 	h := ds.h
 	ready, claimed := h.keys.Ready(d.region), h.keys.Claimed(d.region)
-	poll := h.cfg.PollInterval // notifications from other processes are seen this often
+	var busy time.Time // when the loop last claimed a turn or was woken
 	for backoff := time.Duration(0); ; {
 		subs, next, err := h.gates.Claim(d.ctx, ready, claimed, claimBatch)
 		switch {
@@ -130,10 +130,17 @@ func (ds *dispatchers) run(d *dispatcher) {
 		}
 		backoff = 0
 		if len(subs) > 0 {
+			busy = time.Now()
 			ds.turns(d, subs)
 			continue // more may be due
 		}
-		wait := poll
+		// Notifications from other processes are seen this often: every
+		// busyPoll while the region is busy, every PollInterval once it
+		// has been quiet for busyFor.
+		wait := h.cfg.PollInterval
+		if time.Since(busy) < busyFor {
+			wait = min(wait, busyPoll)
+		}
 		if !next.IsZero() {
 			wait = min(wait, max(time.Until(next), 0))
 		}
@@ -146,11 +153,20 @@ func (ds *dispatchers) run(d *dispatcher) {
 			t.Stop()
 			return
 		case <-d.wake:
+			busy = time.Now()
 		case <-t.C:
 		}
 		t.Stop()
 	}
 }
+
+// A dispatcher that claimed a turn or was woken less than busyFor ago
+// looks at its ready index at least every busyPoll; an idle one, every
+// Config.PollInterval.
+const (
+	busyPoll = 100 * time.Millisecond
+	busyFor  = 10 * time.Second
+)
 
 // turns runs the claimed subscribers' turns side by side (their scripts
 // share round trips: deploy.AutoPipeline), enqueues what they hand out and

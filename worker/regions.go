@@ -133,9 +133,9 @@ func (w *Worker) regionIdle(ctx context.Context, region string, shards int) (boo
 	return len(ready.Val()) == 0 && claimed.Val() == 0, nil
 }
 
-// watchRegions, every Config.RegionCheck until ctx is done, starts the
-// Servers of regions served from now on, stops those of regions let go,
-// and starts a region's Server of the release before's queues once a task
+// watchRegions, every Config.RegionCheck until ctx is done, stops the
+// dequeue loops of lanes idle again (servers.go), starts the Servers of
+// regions served from now on, stops those of regions let go, and starts a region's Server of the release before's queues once a task
 // is found there (an older worker or producer still running during a
 // rolling deploy).
 func (w *Worker) watchRegions(ctx context.Context, s *servers) {
@@ -148,6 +148,7 @@ func (w *Worker) watchRegions(ctx context.Context, s *servers) {
 			return
 		case <-t.C:
 		}
+		s.stopIdleExtras(extraLoopLinger)
 		for _, r := range s.served() {
 			if err := s.serveLegacy(ctx, r); err != nil {
 				w.cfg.Logger.Warn("could not look for the release before's queued tasks", "region", r, "err", err)

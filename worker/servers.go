@@ -3,10 +3,12 @@ package worker
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -29,12 +31,48 @@ import (
 // several Servers (its Concurrency split among them) dequeue side by side,
 // and the more tasks start together, the more gate scripts and outcomes
 // share a round trip (the worker's client batches: deploy.AutoPipeline).
+//
+// An idle lane runs only its first Server: each Server costs Redis a few
+// commands a second doing nothing (asynq's heartbeat, its cancelation
+// subscription's keep-alive, its forwarder, janitor and recoverer, and
+// its dequeue polls), 16 of them per region about 100 commands a second
+// (deploy/BENCHMARKS.md, "Idle cost"). The others start the moment two of
+// the lane's tasks run at once, and stop once the lane has run nothing for
+// extraLoopLinger (looked at every Config.RegionCheck); a first Server of
+// one slot starts them with its first task. Stopping them is
+// their graceful shutdown, as when a region is let go: a task one of them
+// took meanwhile finishes first.
 type servers struct {
 	w      *Worker
 	shards int
 	mu     sync.Mutex
-	byName map[string]*asynq.Server // "<region>/<lane>"
+	byName map[string]*asynq.Server // "<region>/<lane>/<loop>", "<region>/legacy"
+	lanes  map[string]*laneLoops    // "<region>/<lane>"
 	closed bool
+}
+
+// laneLoops is what one lane's Servers share: its tasks running, when one
+// last started or ended, and whether its Servers after the first run.
+type laneLoops struct {
+	region, lane string
+	s            *servers
+	busy         int64 // tasks running at once that start the others: 2, or 1 when the first has 1 slot
+	running      atomic.Int64
+	last         atomic.Int64 // Unix ns
+	extras       atomic.Bool  // started, or starting
+}
+
+// ProcessTask is the lane's Servers' Handler: the worker's, counted.
+func (l *laneLoops) ProcessTask(ctx context.Context, t *asynq.Task) error {
+	l.last.Store(time.Now().UnixNano())
+	if l.running.Add(1) >= l.busy && l.extras.CompareAndSwap(false, true) {
+		go l.s.startExtras(l)
+	}
+	defer func() {
+		l.last.Store(time.Now().UnixNano())
+		l.running.Add(-1)
+	}()
+	return l.s.w.handler.ProcessTask(ctx, t)
 }
 
 // queuesOf is one lane's queues in region.
@@ -82,7 +120,8 @@ func (s *servers) serveLegacy(ctx context.Context, region string) error {
 	return nil
 }
 
-// serve starts the two lanes' Servers and the dispatcher of region, once.
+// serve starts the first Server of each of region's two lanes and its
+// dispatcher, once.
 func (s *servers) serve(region string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -91,46 +130,124 @@ func (s *servers) serve(region string) error {
 	}
 	s.w.h.disp.start(region)
 	for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
-		for i, conc := range splitConcurrency(s.w.cfg.Concurrency, s.w.cfg.DequeueLoops) {
-			name := region + "/" + lane + "/" + strconv.Itoa(i)
-			if s.byName[name] != nil {
-				continue
-			}
-			cfg := s.w.asynqConfig(s.queuesOf(region, lane), conc)
-			if i > 0 {
-				// The lane's first Server polls an idle lane and forwards due
-				// tasks at the configured pace; the others, there for a busy
-				// lane, join it within a second and forward only as a backup.
-				cfg.TaskCheckInterval = max(cfg.TaskCheckInterval, extraLoopPoll)
-				cfg.DelayedTaskCheckInterval = max(cfg.DelayedTaskCheckInterval, extraLoopForward)
-			}
-			srv := asynq.NewServerFromRedisClient(s.w.ap, cfg)
-			if err := srv.Start(s.w.handler); err != nil {
-				return err
-			}
-			s.byName[name] = srv
+		name := region + "/" + lane
+		if s.lanes[name] == nil {
+			first := splitConcurrency(s.w.cfg.Concurrency, s.w.cfg.DequeueLoops)[0]
+			s.lanes[name] = &laneLoops{region: region, lane: lane, s: s, busy: min(2, int64(first))}
+		}
+		if s.byName[name+"/0"] != nil {
+			continue
+		}
+		if err := s.startLoop(s.lanes[name], 0); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// stop stops region's Servers (its lanes' and its legacy one) and its
-// dispatcher.
-func (s *servers) stop(region string) {
+// startLoop starts loop i of lane l; s.mu is held.
+func (s *servers) startLoop(l *laneLoops, i int) error {
+	conc := splitConcurrency(s.w.cfg.Concurrency, s.w.cfg.DequeueLoops)
+	if i >= len(conc) {
+		return nil
+	}
+	cfg := s.w.asynqConfig(s.queuesOf(l.region, l.lane), conc[i])
+	switch {
+	case i > 0:
+		// The lane's first Server polls an idle lane and forwards due
+		// tasks at the configured pace; the others, there for a busy
+		// lane, poll only between its tasks and forward as a backup.
+		cfg.TaskCheckInterval = max(cfg.TaskCheckInterval, extraLoopPoll)
+		cfg.DelayedTaskCheckInterval = max(cfg.DelayedTaskCheckInterval, extraLoopForward)
+	case l.lane == tasks.LaneBacklog:
+		// A flood's lane: a second more before its first task starts
+		// is nothing beside the flood's wait.
+		cfg.TaskCheckInterval = 2 * cfg.TaskCheckInterval
+	}
+	srv := asynq.NewServerFromRedisClient(s.w.ap, cfg)
+	if err := srv.Start(l); err != nil {
+		return err
+	}
+	s.byName[l.region+"/"+l.lane+"/"+strconv.Itoa(i)] = srv
+	return nil
+}
+
+// startExtras starts lane l's Servers after its first, which a second task
+// running at once asked for.
+func (s *servers) startExtras(l *laneLoops) {
 	s.mu.Lock()
-	var stopping []*asynq.Server
-	for name, srv := range s.byName {
-		if r, _, _ := strings.Cut(name, "/"); r == region {
-			stopping = append(stopping, srv)
-			delete(s.byName, name)
+	defer s.mu.Unlock()
+	if s.closed || s.lanes[l.region+"/"+l.lane] != l {
+		return // shutting down, or the region was let go
+	}
+	for i := 1; i < s.w.cfg.DequeueLoops; i++ {
+		if err := s.startLoop(l, i); err != nil {
+			s.w.cfg.Logger.Warn("could not start a busy lane's dequeue loop; it is tried again at its next busy moment",
+				"region", l.region, "lane", l.lane, "err", err)
+			stopping := s.take(func(name string) bool { return isExtra(name, l) })
+			l.extras.Store(false)
+			go shutdownAll(stopping)
+			return
 		}
 	}
+}
+
+// stopIdleExtras stops the Servers after the first of each lane that has
+// run no task for linger.
+func (s *servers) stopIdleExtras(linger time.Duration) {
+	s.mu.Lock()
+	var stopping []*asynq.Server
+	for _, l := range s.lanes {
+		if !l.extras.Load() || l.running.Load() > 0 || time.Since(time.Unix(0, l.last.Load())) < linger {
+			continue
+		}
+		stopping = append(stopping, s.take(func(name string) bool { return isExtra(name, l) })...)
+		l.extras.Store(false)
+	}
 	s.mu.Unlock()
+	shutdownAll(stopping)
+}
+
+// isExtra reports whether the Server named name is one of lane l's after
+// its first.
+func isExtra(name string, l *laneLoops) bool {
+	rest, ok := strings.CutPrefix(name, l.region+"/"+l.lane+"/")
+	return ok && rest != "0"
+}
+
+// take removes the Servers whose names match, s.mu held, and returns
+// them to be shut down.
+func (s *servers) take(match func(string) bool) []*asynq.Server {
+	var out []*asynq.Server
+	for name, srv := range s.byName {
+		if match(name) {
+			delete(s.byName, name)
+			out = append(out, srv)
+		}
+	}
+	return out
+}
+
+// shutdownAll shuts srvs down side by side; each finishes the tasks it
+// runs (at most ShutdownTimeout) and, idle, waits for its dequeue loop's
+// sleep.
+func shutdownAll(srvs []*asynq.Server) {
 	var wg sync.WaitGroup
-	for _, srv := range stopping {
+	for _, srv := range srvs {
 		wg.Go(srv.Shutdown)
 	}
 	wg.Wait()
+}
+
+// stop stops region's Servers (its lanes' and its legacy one) and its
+// dispatcher.
+func (s *servers) stop(region string) {
+	inRegion := func(name string) bool { r, _, _ := strings.Cut(name, "/"); return r == region }
+	s.mu.Lock()
+	stopping := s.take(inRegion)
+	maps.DeleteFunc(s.lanes, func(name string, _ *laneLoops) bool { return inRegion(name) })
+	s.mu.Unlock()
+	shutdownAll(stopping)
 	s.w.h.disp.stopRegion(region)
 }
 
@@ -150,10 +267,12 @@ func (s *servers) served() []string {
 
 // A lane's Servers after its first poll an empty lane every extraLoopPoll
 // (asynq sleeps half to one and a half of it between tries; shutting down
-// waits for that sleep) and forward due tasks every extraLoopForward.
+// waits for that sleep), forward due tasks every extraLoopForward, and
+// stop once the lane has run nothing for extraLoopLinger.
 const (
 	extraLoopPoll    = 500 * time.Millisecond
 	extraLoopForward = 5 * time.Second
+	extraLoopLinger  = time.Minute
 )
 
 // splitConcurrency is each of a lane's Servers' Concurrency: the lane's n
@@ -205,7 +324,7 @@ func (w *Worker) startServers(ctx context.Context) (*servers, error) {
 			return nil, ctx.Err()
 		}
 	}
-	s := &servers{w: w, shards: layout.Shards, byName: map[string]*asynq.Server{}}
+	s := &servers{w: w, shards: layout.Shards, byName: map[string]*asynq.Server{}, lanes: map[string]*laneLoops{}}
 	regions, err := w.regions(ctx, nil)
 	for ; err != nil; regions, err = w.regions(ctx, nil) {
 		if !sleep(ctx, time.Second) {
@@ -247,8 +366,11 @@ func (w *Worker) asynqConfig(queues map[string]int, concurrency int) asynq.Confi
 		RetryDelayFunc:           w.h.retryDelay,
 		TaskCheckInterval:        cfg.PollInterval,
 		DelayedTaskCheckInterval: cfg.ForwardInterval,
-		ShutdownTimeout:          cfg.ShutdownTimeout,
-		Logger:                   asynqLogger{cfg.Logger},
-		LogLevel:                 asynq.WarnLevel,
+		// hooklane keeps no completed task (no asynq.Retention): the
+		// janitor, which deletes expired ones, has nothing to do.
+		JanitorInterval: time.Minute,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Logger:          asynqLogger{cfg.Logger},
+		LogLevel:        asynq.WarnLevel,
 	}
 }

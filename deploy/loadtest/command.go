@@ -29,6 +29,7 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 		floorQueue = fs.String("floor-queue", "", "internal: the floor's queue")
 		verbose    = fs.Bool("v", false, "log at debug level")
 		cpuProfile = fs.String("cpuprofile", "", "write this process's CPU profile here (with -in-process it covers the worker too)")
+		idle       = fs.Duration("idle", 0, "instead of the scenarios: count for this long the Redis commands of one worker with nothing to deliver, then time 5 publishes to it (deploy/BENCHMARKS.md, \"Idle cost\")")
 	)
 	fs.StringVar(&c.Out, "out", ".hooklane/bench", "folder for report.json, summary.txt, charts and worker logs")
 	fs.Float64Var(&c.Scale, "scale", 1, "multiply event counts and the spike ladder's rates")
@@ -106,6 +107,14 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 		defer pprof.StopCPUProfile()
 	}
 	c.Command = strings.TrimSpace("hooklane bench " + strings.Join(args, " "))
+	if *idle > 0 {
+		rep, err := MeasureIdle(ctx, c, IdleSpec{Window: *idle})
+		if err != nil {
+			return err
+		}
+		rep.Print(stdout, c.Command)
+		return nil
+	}
 	rep, err := Run(ctx, c, stdout)
 	if err != nil {
 		return err
