@@ -170,8 +170,8 @@ func TestReplayIntoAnOpenBreakerLeavesNothingArchived(t *testing.T) {
 			b.taskState(t, e1.Queue, e1.TaskID) != asynq.TaskStateActive
 	})
 	out, _, err := b.p.Replay(ctx, producer.DeadLetterQuery{IDs: []string{e2.TaskID}})
-	if err != nil || len(out) != 1 || out[0].Outcome != producer.Enqueued || out[0].Error != "" {
-		t.Fatalf("Replay = %+v, %v", out, err)
+	if err != nil || len(out) != 1 || out[0].Outcome != producer.Held || out[0].HeldReason != "breaker_open" || out[0].Error != "" {
+		t.Fatalf("Replay = %+v, %v; want held behind the open breaker", out, err)
 	}
 	if st := b.taskState(t, e2.Queue, e2.TaskID); st == asynq.TaskStateArchived {
 		t.Fatalf("replayed through the API into an open breaker, its task is still %s", st)

@@ -469,7 +469,11 @@ func TestUndecodablePayloadIsDeadLettered(t *testing.T) {
 // Past its retry horizon an event is dead even with attempts left.
 func TestRetryHorizonDeadLetters(t *testing.T) {
 	t.Parallel()
-	b := setup(t, worker.Config{BackoffBase: 1500 * time.Millisecond, BackoffMax: 1500 * time.Millisecond})
+	// An idle worker polls every PollInterval (500 ms by default): the
+	// first attempt could start that late, its retry too, and the second
+	// attempt fall past the horizon. 100 ms leaves the schedule below its
+	// margin of half a second.
+	b := setup(t, worker.Config{BackoffBase: 1500 * time.Millisecond, BackoffMax: 1500 * time.Millisecond, PollInterval: 100 * time.Millisecond})
 	s := testkit.NewSink(t, func(w http.ResponseWriter, _ int) { w.WriteHeader(http.StatusInternalServerError) })
 	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, MaxAttempts: 8, RetryHorizon: tasks.Duration(2 * time.Second)})
 	b.publish(t, "e1", "t")
