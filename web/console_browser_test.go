@@ -304,6 +304,23 @@ func TestConsoleInABrowser(t *testing.T) {
 	if a := br.text(t, `#attempts li[data-attempt="1"]`); !strings.Contains(a, "HTTP 200") || !strings.Contains(a, "ok, stored") {
 		t.Fatalf("the first attempt: %q; want its 200 and the body kept", a)
 	}
+	// What was sent and what came back, unfolded for the newest attempt.
+	var sig string
+	for _, a := range shop.Got() {
+		if a.ID == "evt_1" {
+			sig = a.Header.Get("Webhook-Signature")
+		}
+	}
+	if h := br.text(t, `#attempts li[data-attempt="1"] details.exchange`); !strings.Contains(h, "Webhook-Signature\t"+sig[:9]+"…") ||
+		strings.Contains(h, sig) || !strings.Contains(h, "Webhook-Id\tevt_1") || !strings.Contains(h, "Content-Length\t10") {
+		t.Fatalf("the first attempt's headers: %q; want the request's, its signature cut, and the answer's", h)
+	}
+	if l := br.text(t, `#attempts li[data-attempt="1"] .latency`); !strings.HasSuffix(l, " ms") {
+		t.Fatalf("the first attempt's latency: %q", l)
+	}
+	if p := br.text(t, "#payload"); !strings.HasPrefix(p, `{"id":"evt_1","type":"order.created"`) {
+		t.Fatalf("the body sent: %q; want the event as sent", p)
+	}
 	br.shot(t, "delivery")
 	if st, _ := br.click(t, "#resend"); st != http.StatusOK || !strings.Contains(br.text(t, ".flash"), "Sent again") {
 		t.Fatalf("resend: %d", st)

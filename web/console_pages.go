@@ -251,17 +251,10 @@ type deliveryPage struct {
 	D           tasks.DeliveryRecord
 	Attempts    []attemptView
 	Event       *tasks.Event // nil once past the payload retention
-	Payload     string
+	Payload     string       // the body sent, secrets redacted (redactSent)
 	PublishedAt time.Time
 	Resend      string // the resend form's path
 	Active      bool   // under way: a resend would be refused
-}
-
-type attemptView struct {
-	tasks.Attempt
-	N     int
-	Class string // delivered, throttled, failed
-	Body  string // the response body kept, secrets redacted
 }
 
 // delivery shows one delivery's attempts as a timeline, and the event's
@@ -275,15 +268,13 @@ func (c *console) delivery(w http.ResponseWriter, r *http.Request) error {
 	p := deliveryPage{base: base{Title: evID + " → " + sub, Flash: flashes[r.URL.Query().Get("done")]}, D: d,
 		Resend: deliveryPath(sub, evID) + "/resend",
 		Active: d.State != tasks.StateDelivered && d.State != tasks.StateDead}
-	for i, a := range d.Attempts {
-		p.Attempts = append(p.Attempts, attemptView{Attempt: a, N: i + 1, Class: attemptClass(a), Body: Redact([]byte(a.Body))})
-	}
-	ev, _, published, ok, err := c.storedEvent(ctx, evID)
+	p.Attempts = attemptViews(d.Attempts)
+	se, ok, err := c.storedEvent(ctx, evID)
 	if err != nil {
 		return err
 	}
 	if ok {
-		p.Event, p.Payload, p.PublishedAt = &ev, Redact(ev.Data), published
+		p.Event, p.Payload, p.PublishedAt = &se.Event, redactSent(se.Body), se.PublishedAt
 	}
 	return c.render(w, http.StatusOK, "delivery.html", p)
 }
@@ -306,7 +297,8 @@ func (c *console) event(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ev, subs, published, ok, err := c.storedEvent(ctx, id)
+	se, ok, err := c.storedEvent(ctx, id)
+	ev, subs, published := se.Event, se.Subscribers, se.PublishedAt
 	if err != nil {
 		return err
 	}
@@ -352,7 +344,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request) error {
 	if q == "" {
 		return c.render(w, http.StatusOK, "search.html", p)
 	}
-	if _, _, _, ok, err := c.storedEvent(ctx, q); err != nil {
+	if _, ok, err := c.storedEvent(ctx, q); err != nil {
 		return err
 	} else if ok {
 		return seeOther(w, r, eventPath(q))
