@@ -61,6 +61,7 @@ func newConsole(s *Server) (*console, error) {
 		"iso":          func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 		"rel":          func(t time.Time) string { return relative(t, c.now()) },
 		"plural":       func(n int, one, many string) string { return plural(n, one, many) },
+		"lastStatus":   lastStatus,
 	}
 	c.pages = map[string]*template.Template{}
 	names, err := fs.Glob(consoleFiles, "console/*.html")
@@ -94,6 +95,7 @@ func (c *console) handler() http.Handler {
 	get("/console/subscribers/{id}/deliveries/{event_id}", c.delivery)
 	get("/console/events/{id}", c.event)
 	get("/console/search", c.search)
+	get("/console/deliveries", c.allDeliveries)
 	post("/console/subscribers/{id}/pause", c.setPaused(true))
 	post("/console/subscribers/{id}/resume", c.setPaused(false))
 	post("/console/subscribers/{id}/test", c.sendTest)

@@ -430,6 +430,26 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	br.shot(t, "subscriber")
 
+	// Every subscriber's deliveries, then those of invoice events alone.
+	if st, loc := br.click(t, `header nav a[href="/console/deliveries"]`); st != http.StatusOK || !strings.HasSuffix(loc, "/console/deliveries") {
+		t.Fatalf("the deliveries link: %d at %s", st, loc)
+	}
+	for _, row := range []string{"shop:evt_1", "mixed:evt_xss", "flaky:inv_1"} {
+		if n := eval[int](t, br, `document.querySelectorAll('#all-deliveries tr[data-delivery="`+row+`"]').length`); n != 1 {
+			t.Errorf("every subscriber's deliveries: %d rows of %s, want 1", n, row)
+		}
+	}
+	br.shot(t, "deliveries")
+	if err := chromedp.Do(br.ctx, chromedp.SetValue(chromedp.CSS(`#delivery-filters input[name="type"]`), "invoice.*")); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := br.click(t, `#delivery-filters button`); st != http.StatusOK {
+		t.Fatalf("filter by type: %d", st)
+	}
+	if rows := br.text(t, "#all-deliveries tbody"); !strings.Contains(rows, "inv_1") || strings.Contains(rows, "evt_") {
+		t.Fatalf("the invoice.* deliveries: %q", rows)
+	}
+
 	// The console's own pages broke no rule of their CSP (an inline style or
 	// script would be reported), and nothing was blocked.
 	if v := br.messages("Content Security Policy"); len(v) > 0 {
