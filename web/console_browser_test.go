@@ -244,7 +244,15 @@ func TestConsoleInABrowser(t *testing.T) {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
 	})
+	// slow asks for an hour's wait at its first request.
+	slow := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
+		if n == 0 {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
 	for id, body := range map[string]map[string]any{
+		"slow":    {"url": slow.URL, "event_types": []string{"ship.*"}},
 		"shop":    {"url": shop.URL, "event_types": []string{"order.*"}},
 		"hostile": {"url": hostile.URL, "event_types": []string{"order.*"}},
 		"flaky":   {"url": flaky.URL, "event_types": []string{"invoice.*"}, "max_attempts": 1},
@@ -259,6 +267,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	b.call(t, "POST", "/v1/events", `{"id":"evt_xss","type":"order.created","data":{"note":"\"><img src=x onerror=window.__pwned=2>"}}`)
 	b.call(t, "POST", "/v1/events", `{"id":"inv_1","type":"invoice.created","data":{"invoice":1}}`)
+	b.call(t, "POST", "/v1/events", `{"id":"ship_1","type":"ship.sent","data":{"parcel":1}}`)
 
 	br := newConsoleBrowser(t)
 	console := b.srv.URL + "/console"
@@ -349,6 +358,17 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	if s, err := b.p.GetSubscriber(t.Context(), "shop"); err != nil || s.Paused {
 		t.Fatalf("after the resume: %v %v", s.Paused, err)
+	}
+
+	// End the hour's cooldown slow asked for: ship_1 goes at once.
+	b.waitState(t, "slow", "ship_1", tasks.StateCooling)
+	br.open(t, console+"/subscribers/slow")
+	if st, _ := br.click(t, "#end-cooldown"); st != http.StatusOK || !strings.Contains(br.text(t, ".flash"), "Cooldown ended") {
+		t.Fatalf("end the cooldown: %d", st)
+	}
+	b.waitState(t, "slow", "ship_1", tasks.StateDelivered)
+	if n := eval[int](t, br, `document.querySelectorAll('#end-cooldown').length`); n != 0 {
+		t.Fatal("the button to end the cooldown still shows after it ended")
 	}
 
 	// Replay a dead letter, once the receiver is back.

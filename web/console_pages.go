@@ -29,10 +29,12 @@ func eventPath(id string) string { return "/console/events/" + url.PathEscape(id
 // flashes are what an action's redirect (?done=) says on the page it
 // lands on: a fixed set, so that a link cannot put words on a page.
 var flashes = map[string]string{
-	"paused":  "Paused: new events are held for it, and so are its queued ones, until it is resumed.",
-	"resumed": "Resumed: its held events are on their way.",
-	"resent":  "Sent again, with the same webhook-id: a new series of attempts below.",
-	"test":    "Test event sent: a hooklane.ping to this subscriber alone, signed and delivered like any other.",
+	"paused":         "Paused: new events are held for it, and so are its queued ones, until it is resumed.",
+	"resumed":        "Resumed: its held events are on their way.",
+	"resent":         "Sent again, with the same webhook-id: a new series of attempts below.",
+	"test":           "Test event sent: a hooklane.ping to this subscriber alone, signed and delivered like any other.",
+	"cooldown-ended": "Cooldown ended: the deliveries that waited on it go now, at its pace; each such attempt notes that it went early.",
+	"not-cooling":    "It was not cooling down: nothing to end.",
 }
 
 // intParam reads query parameter name: def when absent, else lo to hi.
@@ -164,7 +166,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 }
 
 // subscriberActions are the paths the subscriber page's forms post to.
-type subscriberActions struct{ Pause, Resume, Test, Rotate, Replay string }
+type subscriberActions struct{ Pause, Resume, Test, Rotate, Replay, EndCooldown string }
 
 type subscriberPage struct {
 	base
@@ -218,7 +220,7 @@ func (c *console) subscriber(w http.ResponseWriter, r *http.Request) error {
 	p := subscriberPage{base: base{Title: sub.ID, Flash: flashes[q.Get("done")]}, Sub: view(sub), Secrets: len(sub.Secrets),
 		Status: sts[0], States: tasks.States, State: dq.State, Since: q.Get("since"), Until: q.Get("until"), Limit: limit,
 		Actions: subscriberActions{Pause: self + "/pause", Resume: self + "/resume", Test: self + "/test",
-			Rotate: self + "/rotate", Replay: self + "/replay"}}
+			Rotate: self + "/rotate", Replay: self + "/replay", EndCooldown: self + "/cooldown/end"}}
 	p.Retiring = p.Sub.RetiringUntil
 	if p.Chart, err = c.readChart(ctx, sub.ID, chartN, q.Get("span") == "deliveries"); err != nil {
 		return err
