@@ -141,6 +141,9 @@ type base struct {
 	Title  string
 	Search string // the search box's value
 	Flash  string // what the last action did
+	// Refresh is the seconds after which the page reloads itself (0:
+	// never): it shows a delivery under way (refreshFor).
+	Refresh int
 }
 
 // render executes page into a buffer first, so that a template error is a

@@ -167,6 +167,7 @@ func (c *console) allDeliveries(w http.ResponseWriter, r *http.Request) error {
 		return cmp.Or(b.PublishedAt.Compare(a.PublishedAt), strings.Compare(a.SubscriberID, b.SubscriberID),
 			strings.Compare(a.EventID, b.EventID))
 	})
+	p.Refresh = refreshFor(c.now(), p.Rows...)
 	keep := func(v url.Values) string {
 		for _, k := range []string{"state", "type", "status", "q", "since", "until", "subs", "per"} {
 			if q.Get(k) != "" {

@@ -251,7 +251,13 @@ func TestConsoleInABrowser(t *testing.T) {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
 	})
+	// hold answers once released: its delivery stays in flight till then.
+	release := make(chan struct{})
+	hold := testkit.NewSink(t, func(http.ResponseWriter, int) { <-release })
+	var released sync.Once
+	t.Cleanup(func() { released.Do(func() { close(release) }) })
 	for id, body := range map[string]map[string]any{
+		"hold":    {"url": hold.URL, "event_types": []string{"hold.*"}},
 		"slow":    {"url": slow.URL, "event_types": []string{"ship.*"}},
 		"shop":    {"url": shop.URL, "event_types": []string{"order.*"}},
 		"hostile": {"url": hostile.URL, "event_types": []string{"order.*"}},
@@ -268,6 +274,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.call(t, "POST", "/v1/events", `{"id":"evt_xss","type":"order.created","data":{"note":"\"><img src=x onerror=window.__pwned=2>"}}`)
 	b.call(t, "POST", "/v1/events", `{"id":"inv_1","type":"invoice.created","data":{"invoice":1}}`)
 	b.call(t, "POST", "/v1/events", `{"id":"ship_1","type":"ship.sent","data":{"parcel":1}}`)
+	b.call(t, "POST", "/v1/events", `{"id":"hold_1","type":"hold.on","data":{"n":1}}`)
 
 	br := newConsoleBrowser(t)
 	console := b.srv.URL + "/console"
@@ -369,6 +376,24 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.waitState(t, "slow", "ship_1", tasks.StateDelivered)
 	if n := eval[int](t, br, `document.querySelectorAll('#end-cooldown').length`); n != 0 {
 		t.Fatal("the button to end the cooldown still shows after it ended")
+	}
+
+	// A delivery in flight: its page reloads itself until it is delivered.
+	b.waitState(t, "hold", "hold_1", tasks.StateInFlight)
+	br.open(t, console+"/subscribers/hold/deliveries/hold_1")
+	if r := br.text(t, "#refresh"); !strings.Contains(r, "reloads itself") {
+		t.Fatalf("the in-flight delivery's page: %q", r)
+	}
+	br.shot(t, "inflight")
+	released.Do(func() { close(release) })
+	testkit.Eventually(t, 15*time.Second, "the page reloaded with hold_1 delivered", func() bool {
+		// Evaluated while the page may be reloading: an error is "not yet".
+		done, err := chromedp.Run(br.ctx, chromedp.Evaluate[bool](
+			`document.getElementById('refresh') === null && document.querySelector('#attempts li[data-attempt="1"]') !== null`))
+		return err == nil && done
+	})
+	if a := br.text(t, `#attempts li[data-attempt="1"]`); !strings.Contains(a, "HTTP 200") {
+		t.Fatalf("after the reload: %q", a)
 	}
 
 	// Replay a dead letter, once the receiver is back.

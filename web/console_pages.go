@@ -229,6 +229,7 @@ func (c *console) subscriber(w http.ResponseWriter, r *http.Request) error {
 	if p.Deliveries, next, err = c.s.p.Deliveries(ctx, sub.ID, dq); err != nil {
 		return err
 	}
+	p.Refresh = refreshFor(c.now(), p.Deliveries...)
 	if next != "" {
 		v := url.Values{"cursor": {next}}
 		for _, k := range []string{"state", "since", "until", "limit", "chart", "span"} {
@@ -270,6 +271,7 @@ func (c *console) delivery(w http.ResponseWriter, r *http.Request) error {
 	p := deliveryPage{base: base{Title: evID + " → " + sub, Flash: flashes[r.URL.Query().Get("done")]}, D: d,
 		Resend: deliveryPath(sub, evID) + "/resend",
 		Active: d.State != tasks.StateDelivered && d.State != tasks.StateDead}
+	p.Refresh = refreshFor(c.now(), d)
 	p.Attempts = attemptViews(d.Attempts)
 	se, ok, err := c.storedEvent(ctx, evID)
 	if err != nil {
@@ -322,6 +324,13 @@ func (c *console) event(w http.ResponseWriter, r *http.Request) error {
 	if p.Rows, err = c.readDeliveries(ctx, page, ids); err != nil {
 		return err
 	}
+	var shown []tasks.DeliveryRecord
+	for _, r := range p.Rows {
+		if r.Record != nil {
+			shown = append(shown, *r.Record)
+		}
+	}
+	p.Refresh = refreshFor(c.now(), shown...)
 	if start+limit < len(subs) {
 		v := url.Values{"after": {page[len(page)-1]}}
 		if q.Get("limit") != "" {
