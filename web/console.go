@@ -102,6 +102,11 @@ func (c *console) handler() http.Handler {
 	post("/console/subscribers/{id}/rotate", c.rotate)
 	post("/console/subscribers/{id}/replay", c.replay)
 	post("/console/subscribers/{id}/cooldown/end", c.endCooldown)
+	get(createPath, c.newSubscriberForm)
+	post(createPath, c.createSubscriber)
+	get("/console/subscribers/{id}/edit", c.editSubscriberForm)
+	post("/console/subscribers/{id}/edit", c.editSubscriber)
+	post("/console/subscribers/{id}/delete", c.deleteSubscriber)
 	post("/console/subscribers/{id}/deliveries/{event_id}/resend", c.resend)
 	mux.Handle("/console/", c.page(func(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusNotFound, "not_found", "", "no console page %s %s", r.Method, r.URL.Path)

@@ -495,6 +495,44 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("the invoice.* deliveries: %q", rows)
 	}
 
+	// Create a subscriber (a refused URL first), edit it, delete it.
+	br.open(t, console+"/subscribers")
+	if st, loc := br.click(t, "#new-subscriber"); st != http.StatusOK || !strings.HasSuffix(loc, "/console/create/subscriber") {
+		t.Fatalf("new subscriber: %d at %s", st, loc)
+	}
+	fill := func(sel, v string) {
+		t.Helper()
+		if err := chromedp.Do(br.ctx, chromedp.SetValue(chromedp.CSS(sel), v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill("#f-id", "made")
+	fill("#f-url", "ftp://127.0.0.1/x")
+	fill("#f-types", "ship.*, order.created")
+	if st, _ := br.click(t, "#save"); st != http.StatusUnprocessableEntity || !strings.Contains(br.text(t, "#form-error"), "url") {
+		t.Fatalf("create with an ftp URL: %d", st)
+	}
+	br.shot(t, "subscriber-form")
+	fill("#f-url", "http://127.0.0.1:9/made")
+	if st, _ := br.click(t, "#save"); st != http.StatusOK || !strings.HasPrefix(br.text(t, "#new-secret"), "whsec_") {
+		t.Fatalf("create: %d", st)
+	}
+	br.click(t, "#to-subscriber")
+	br.click(t, "#edit")
+	fill("#f-url", "http://127.0.0.1:9/edited")
+	if st, _ := br.click(t, "#save"); st != http.StatusOK || !strings.Contains(br.text(t, ".flash"), "Saved") ||
+		br.text(t, "#subscriber-url") != "http://127.0.0.1:9/edited" {
+		t.Fatalf("edit: %d", st)
+	}
+	br.click(t, "#edit")
+	fill(`#delete-subscriber input[name="confirm"]`, "made")
+	if st, loc := br.click(t, "#delete"); st != http.StatusOK || !strings.HasSuffix(loc, "/console/subscribers?done=deleted") {
+		t.Fatalf("delete: %d at %s", st, loc)
+	}
+	if _, err := b.p.GetSubscriber(t.Context(), "made"); err == nil {
+		t.Fatal("made is still there after its delete")
+	}
+
 	// The console's own pages broke no rule of their CSP (an inline style or
 	// script would be reported), and nothing was blocked.
 	if v := br.messages("Content Security Policy"); len(v) > 0 {

@@ -35,6 +35,8 @@ var flashes = map[string]string{
 	"test":           "Test event sent: a hooklane.ping to this subscriber alone, signed and delivered like any other.",
 	"cooldown-ended": "Cooldown ended: the deliveries that waited on it go now, at its pace; each such attempt notes that it went early.",
 	"not-cooling":    "It was not cooling down: nothing to end.",
+	"saved":          "Saved: its new configuration applies from its next delivery.",
+	"deleted":        "Deleted: its queued events are dropped when they come due, counted, not sent.",
 }
 
 // intParam reads query parameter name: def when absent, else lo to hi.
@@ -106,7 +108,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p := subscribersPage{base: base{Title: "Subscribers"}, Query: strings.TrimSpace(q.Get("q")), State: q.Get("state"),
+	p := subscribersPage{base: base{Title: "Subscribers", Flash: flashes[q.Get("done")]}, Query: strings.TrimSpace(q.Get("q")), State: q.Get("state"),
 		States: subscriberStates, Limit: limit}
 	if !slices.ContainsFunc(subscriberStates, func(s struct{ Value, Label string }) bool { return s.Value == p.State }) {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "state", "want paused, open or cooling")
