@@ -61,10 +61,13 @@ type DeliveryQuery struct {
 	// Cursor continues where the page that returned it ended ("": from the
 	// newest). Opaque.
 	Cursor string
+	// Attempts decodes each record's attempts too (they are read anyway:
+	// the cost is the decoding's).
+	Attempts bool
 }
 
 // Deliveries returns a page of subscriber sub's deliveries, newest
-// published first, without their attempts, and the cursor of the next page
+// published first, without their attempts unless asked for, and the cursor of the next page
 // ("" when there is none). A page reads at most ten times Limit log
 // entries, so its cost is bounded however many the state filter skips: it
 // may hold fewer than Limit (even none) and still have a next one.
@@ -108,7 +111,7 @@ func (p *Producer) Deliveries(ctx context.Context, sub string, q DeliveryQuery) 
 			subs[i] = sub
 			ids[i], _ = e.Values["e"].(string)
 		}
-		recs, err := p.readRecords(ctx, subs, ids)
+		recs, err := p.readRecords(ctx, subs, ids, q.Attempts)
 		if err != nil {
 			return nil, "", err
 		}
@@ -134,10 +137,10 @@ func validStreamID(s string) bool {
 }
 
 // readRecords reads the records of event ids[i] to subscribers subs[i],
-// without their attempts, a parked one's state as it is now (showParked),
+// with their attempts or not, a parked one's state as it is now (showParked),
 // in one round trip (one per Cluster node); those
 // gone (past their retention) are left out.
-func (p *Producer) readRecords(ctx context.Context, subs, ids []string) ([]tasks.DeliveryRecord, error) {
+func (p *Producer) readRecords(ctx context.Context, subs, ids []string, attempts bool) ([]tasks.DeliveryRecord, error) {
 	out := make([]tasks.DeliveryRecord, 0, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -158,7 +161,7 @@ func (p *Producer) readRecords(ctx context.Context, subs, ids []string) ([]tasks
 		return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	for i := range ids {
-		if r, ok := tasks.ParseDeliveryRecord(subs[i], ids[i], cmds[i].Val(), false); ok {
+		if r, ok := tasks.ParseDeliveryRecord(subs[i], ids[i], cmds[i].Val(), attempts); ok {
 			showParked(&r, gates[subs[i]], now.Val())
 			out = append(out, r)
 		}
@@ -189,7 +192,7 @@ func (p *Producer) GetEvent(ctx context.Context, id string) (EventRecord, error)
 	for i := range ids {
 		ids[i] = id
 	}
-	recs, err := p.readRecords(ctx, se.Subscribers, ids)
+	recs, err := p.readRecords(ctx, se.Subscribers, ids, false)
 	return EventRecord{Event: se.Event, PublishedAt: se.PublishedAt, Deliveries: recs}, err
 }
 

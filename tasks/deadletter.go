@@ -30,7 +30,32 @@ type Attempt struct {
 	// an operator ended it ("sent early: cooldown ended by an operator at
 	// <time>").
 	Note string `json:"note,omitempty"`
+	// RequestHeaders are the headers hooklane set on the request, as sent
+	// but for webhook-signature, cut to each signature's first characters
+	// (a whole signature would let anyone replay the request within the
+	// receiver's tolerance). Empty when no request was made, and in an
+	// attempt recorded by a release before.
+	RequestHeaders []Header `json:"request_headers,omitempty"`
+	// ResponseHeaders are a bounded subset of the answer's headers
+	// (MaxResponseHeaders, MaxResponseHeaderBytes), in name order;
+	// ResponseHeadersCut counts those left out.
+	ResponseHeaders    []Header `json:"response_headers,omitempty"`
+	ResponseHeadersCut int      `json:"response_headers_cut,omitempty"`
 }
+
+// Header is one HTTP header line of an attempt.
+type Header struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// The bound on the response headers an attempt keeps: written with the
+// attempt in the commit that records it, they cost Redis memory per
+// attempt, so a receiver's 60 KiB of headers cannot blow a record up.
+const (
+	MaxResponseHeaders     = 20
+	MaxResponseHeaderBytes = 2 << 10 // names and values together
+)
 
 // DeadLetter is a delivery that hooklane gave up on, as recorded in its own
 // ledger. asynq's archive shows the same tasks in asynqmon but is trimmed to

@@ -99,13 +99,35 @@ type storedAttempt struct {
 	Body       string `json:"b,omitempty"`
 	NextAt     int64  `json:"n,omitempty"`
 	Note       string `json:"o,omitempty"`
+	// Request and response headers as [name, value] pairs; hc: how many
+	// response headers were left out.
+	Request  [][2]string `json:"q,omitempty"`
+	Response [][2]string `json:"h,omitempty"`
+	Cut      int         `json:"hc,omitempty"`
+}
+
+func pairs(hs []Header) [][2]string {
+	var out [][2]string
+	for _, h := range hs {
+		out = append(out, [2]string{h.Name, h.Value})
+	}
+	return out
+}
+
+func headers(ps [][2]string) []Header {
+	var out []Header
+	for _, p := range ps {
+		out = append(out, Header{Name: p[0], Value: p[1]})
+	}
+	return out
 }
 
 // EncodeAttempt is the value of an attempt's field in a delivery record
 // (its time is the field's name, AttemptField).
 func EncodeAttempt(a Attempt) []byte {
 	s := storedAttempt{Status: a.Status, RetryAfter: a.RetryAfter, Error: a.Error, LatencyMS: a.LatencyMS,
-		Spent: a.AttemptsSpent, Body: a.Body, Note: a.Note}
+		Spent: a.AttemptsSpent, Body: a.Body, Note: a.Note, Request: pairs(a.RequestHeaders), Response: pairs(a.ResponseHeaders),
+		Cut: a.ResponseHeadersCut}
 	if !a.NextAt.IsZero() {
 		s.NextAt = a.NextAt.UnixMilli()
 	}
@@ -119,7 +141,8 @@ func decodeAttempt(at time.Time, v string) (Attempt, bool) {
 		return Attempt{}, false
 	}
 	a := Attempt{At: at.UTC(), Status: s.Status, RetryAfter: s.RetryAfter, Error: s.Error, LatencyMS: s.LatencyMS,
-		AttemptsSpent: s.Spent, Body: s.Body, Note: s.Note}
+		AttemptsSpent: s.Spent, Body: s.Body, Note: s.Note, RequestHeaders: headers(s.Request), ResponseHeaders: headers(s.Response),
+		ResponseHeadersCut: s.Cut}
 	if s.NextAt > 0 {
 		a.NextAt = time.UnixMilli(s.NextAt).UTC()
 	}

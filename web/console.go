@@ -65,6 +65,7 @@ func newConsole(s *Server) (*console, error) {
 		"plural":       func(n int, one, many string) string { return plural(n, one, many) },
 		"words":        durationWords,
 		"per":          perPeriod,
+		"lastStatus":   lastStatus,
 	}
 	c.pages = map[string]*template.Template{}
 	names, err := fs.Glob(consoleFiles, "console/*.html")
@@ -98,11 +99,18 @@ func (c *console) handler() http.Handler {
 	get("/console/subscribers/{id}/deliveries/{event_id}", c.delivery)
 	get("/console/events/{id}", c.event)
 	get("/console/search", c.search)
+	get("/console/deliveries", c.allDeliveries)
 	post("/console/subscribers/{id}/pause", c.setPaused(true))
 	post("/console/subscribers/{id}/resume", c.setPaused(false))
 	post("/console/subscribers/{id}/test", c.sendTest)
 	post("/console/subscribers/{id}/rotate", c.rotate)
 	post("/console/subscribers/{id}/replay", c.replay)
+	post("/console/subscribers/{id}/cooldown/end", c.endCooldown)
+	get(createPath, c.newSubscriberForm)
+	post(createPath, c.createSubscriber)
+	get("/console/subscribers/{id}/edit", c.editSubscriberForm)
+	post("/console/subscribers/{id}/edit", c.editSubscriber)
+	post("/console/subscribers/{id}/delete", c.deleteSubscriber)
 	post("/console/subscribers/{id}/deliveries/{event_id}/resend", c.resend)
 	mux.Handle("/console/", c.page(func(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusNotFound, "not_found", "", "no console page %s %s", r.Method, r.URL.Path)
@@ -142,6 +150,9 @@ type base struct {
 	Title  string
 	Search string // the search box's value
 	Flash  string // what the last action did
+	// Refresh is the seconds after which the page reloads itself (0:
+	// never): it shows a delivery under way (refreshFor).
+	Refresh int
 }
 
 // render executes page into a buffer first, so that a template error is a

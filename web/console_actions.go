@@ -44,6 +44,21 @@ func (c *console) sendTest(w http.ResponseWriter, r *http.Request) error {
 	return seeOther(w, r, deliveryPath(id, res.EventID)+"?done=test")
 }
 
+// endCooldown ends the destination's cooldown, as the API's
+// POST /v1/subscribers/{id}/cooldown/end does.
+func (c *console) endCooldown(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	ended, err := c.s.p.EndCooldown(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	done := "cooldown-ended"
+	if !ended {
+		done = "not-cooling"
+	}
+	return seeOther(w, r, subscriberPath(id)+"?done="+done)
+}
+
 func (c *console) resend(w http.ResponseWriter, r *http.Request) error {
 	sub, ev := r.PathValue("id"), r.PathValue("event_id")
 	if err := c.s.ingest.allow(r.Context(), r); err != nil {

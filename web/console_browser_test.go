@@ -244,7 +244,21 @@ func TestConsoleInABrowser(t *testing.T) {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
 	})
+	// slow asks for an hour's wait at its first request.
+	slow := testkit.NewSink(t, func(w http.ResponseWriter, n int) {
+		if n == 0 {
+			w.Header().Set("Retry-After", "3600")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	// hold answers once released: its delivery stays in flight till then.
+	release := make(chan struct{})
+	hold := testkit.NewSink(t, func(http.ResponseWriter, int) { <-release })
+	var released sync.Once
+	t.Cleanup(func() { released.Do(func() { close(release) }) })
 	for id, body := range map[string]map[string]any{
+		"hold":    {"url": hold.URL, "event_types": []string{"hold.*"}},
+		"slow":    {"url": slow.URL, "event_types": []string{"ship.*"}},
 		"shop":    {"url": shop.URL, "event_types": []string{"order.*"}},
 		"hostile": {"url": hostile.URL, "event_types": []string{"order.*"}},
 		"flaky":   {"url": flaky.URL, "event_types": []string{"invoice.*"}, "max_attempts": 1},
@@ -259,6 +273,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	b.call(t, "POST", "/v1/events", `{"id":"evt_xss","type":"order.created","data":{"note":"\"><img src=x onerror=window.__pwned=2>"}}`)
 	b.call(t, "POST", "/v1/events", `{"id":"inv_1","type":"invoice.created","data":{"invoice":1}}`)
+	b.call(t, "POST", "/v1/events", `{"id":"ship_1","type":"ship.sent","data":{"parcel":1}}`)
+	b.call(t, "POST", "/v1/events", `{"id":"hold_1","type":"hold.on","data":{"n":1}}`)
 
 	br := newConsoleBrowser(t)
 	console := b.srv.URL + "/console"
@@ -304,6 +320,23 @@ func TestConsoleInABrowser(t *testing.T) {
 	if a := br.text(t, `#attempts li[data-attempt="1"]`); !strings.Contains(a, "HTTP 200") || !strings.Contains(a, "ok, stored") {
 		t.Fatalf("the first attempt: %q; want its 200 and the body kept", a)
 	}
+	// What was sent and what came back, unfolded for the newest attempt.
+	var sig string
+	for _, a := range shop.Got() {
+		if a.ID == "evt_1" {
+			sig = a.Header.Get("Webhook-Signature")
+		}
+	}
+	if h := br.text(t, `#attempts li[data-attempt="1"] details.exchange`); !strings.Contains(h, "Webhook-Signature\t"+sig[:9]+"…") ||
+		strings.Contains(h, sig) || !strings.Contains(h, "Webhook-Id\tevt_1") || !strings.Contains(h, "Content-Length\t10") {
+		t.Fatalf("the first attempt's headers: %q; want the request's, its signature cut, and the answer's", h)
+	}
+	if l := br.text(t, `#attempts li[data-attempt="1"] .latency`); !strings.HasSuffix(l, " ms") {
+		t.Fatalf("the first attempt's latency: %q", l)
+	}
+	if p := br.text(t, "#payload"); !strings.HasPrefix(p, `{"id":"evt_1","type":"order.created"`) {
+		t.Fatalf("the body sent: %q; want the event as sent", p)
+	}
 	br.shot(t, "delivery")
 	if st, _ := br.click(t, "#resend"); st != http.StatusOK || !strings.Contains(br.text(t, ".flash"), "Sent again") {
 		t.Fatalf("resend: %d", st)
@@ -332,6 +365,35 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	if s, err := b.p.GetSubscriber(t.Context(), "shop"); err != nil || s.Paused {
 		t.Fatalf("after the resume: %v %v", s.Paused, err)
+	}
+
+	// End the hour's cooldown slow asked for: ship_1 goes at once.
+	b.waitState(t, "slow", "ship_1", tasks.StateCooling)
+	br.open(t, console+"/subscribers/slow")
+	if st, _ := br.click(t, "#end-cooldown"); st != http.StatusOK || !strings.Contains(br.text(t, ".flash"), "Cooldown ended") {
+		t.Fatalf("end the cooldown: %d", st)
+	}
+	b.waitState(t, "slow", "ship_1", tasks.StateDelivered)
+	if n := eval[int](t, br, `document.querySelectorAll('#end-cooldown').length`); n != 0 {
+		t.Fatal("the button to end the cooldown still shows after it ended")
+	}
+
+	// A delivery in flight: its page reloads itself until it is delivered.
+	b.waitState(t, "hold", "hold_1", tasks.StateInFlight)
+	br.open(t, console+"/subscribers/hold/deliveries/hold_1")
+	if r := br.text(t, "#refresh"); !strings.Contains(r, "reloads itself") {
+		t.Fatalf("the in-flight delivery's page: %q", r)
+	}
+	br.shot(t, "inflight")
+	released.Do(func() { close(release) })
+	testkit.Eventually(t, 15*time.Second, "the page reloaded with hold_1 delivered", func() bool {
+		// Evaluated while the page may be reloading: an error is "not yet".
+		done, err := chromedp.Run(br.ctx, chromedp.Evaluate[bool](
+			`document.getElementById('refresh') === null && document.querySelector('#attempts li[data-attempt="1"]') !== null`))
+		return err == nil && done
+	})
+	if a := br.text(t, `#attempts li[data-attempt="1"]`); !strings.Contains(a, "HTTP 200") {
+		t.Fatalf("after the reload: %q", a)
 	}
 
 	// Replay a dead letter, once the receiver is back.
@@ -412,6 +474,64 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("chart legend %q; want mixed's 7 deliveries", legend)
 	}
 	br.shot(t, "subscriber")
+
+	// Every subscriber's deliveries, then those of invoice events alone.
+	if st, loc := br.click(t, `header nav a[href="/console/deliveries"]`); st != http.StatusOK || !strings.HasSuffix(loc, "/console/deliveries") {
+		t.Fatalf("the deliveries link: %d at %s", st, loc)
+	}
+	for _, row := range []string{"shop:evt_1", "mixed:evt_xss", "flaky:inv_1"} {
+		if n := eval[int](t, br, `document.querySelectorAll('#all-deliveries tr[data-delivery="`+row+`"]').length`); n != 1 {
+			t.Errorf("every subscriber's deliveries: %d rows of %s, want 1", n, row)
+		}
+	}
+	br.shot(t, "deliveries")
+	if err := chromedp.Do(br.ctx, chromedp.SetValue(chromedp.CSS(`#delivery-filters input[name="type"]`), "invoice.*")); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := br.click(t, `#delivery-filters button`); st != http.StatusOK {
+		t.Fatalf("filter by type: %d", st)
+	}
+	if rows := br.text(t, "#all-deliveries tbody"); !strings.Contains(rows, "inv_1") || strings.Contains(rows, "evt_") {
+		t.Fatalf("the invoice.* deliveries: %q", rows)
+	}
+
+	// Create a subscriber (a refused URL first), edit it, delete it.
+	br.open(t, console+"/subscribers")
+	if st, loc := br.click(t, "#new-subscriber"); st != http.StatusOK || !strings.HasSuffix(loc, "/console/create/subscriber") {
+		t.Fatalf("new subscriber: %d at %s", st, loc)
+	}
+	fill := func(sel, v string) {
+		t.Helper()
+		if err := chromedp.Do(br.ctx, chromedp.SetValue(chromedp.CSS(sel), v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill("#f-id", "made")
+	fill("#f-url", "ftp://127.0.0.1/x")
+	fill("#f-types", "ship.*, order.created")
+	if st, _ := br.click(t, "#save"); st != http.StatusUnprocessableEntity || !strings.Contains(br.text(t, "#form-error"), "url") {
+		t.Fatalf("create with an ftp URL: %d", st)
+	}
+	br.shot(t, "subscriber-form")
+	fill("#f-url", "http://127.0.0.1:9/made")
+	if st, _ := br.click(t, "#save"); st != http.StatusOK || !strings.HasPrefix(br.text(t, "#new-secret"), "whsec_") {
+		t.Fatalf("create: %d", st)
+	}
+	br.click(t, "#to-subscriber")
+	br.click(t, "#edit")
+	fill("#f-url", "http://127.0.0.1:9/edited")
+	if st, _ := br.click(t, "#save"); st != http.StatusOK || !strings.Contains(br.text(t, ".flash"), "Saved") ||
+		br.text(t, "#subscriber-url") != "http://127.0.0.1:9/edited" {
+		t.Fatalf("edit: %d", st)
+	}
+	br.click(t, "#edit")
+	fill(`#delete-subscriber input[name="confirm"]`, "made")
+	if st, loc := br.click(t, "#delete"); st != http.StatusOK || !strings.HasSuffix(loc, "/console/subscribers?done=deleted") {
+		t.Fatalf("delete: %d at %s", st, loc)
+	}
+	if _, err := b.p.GetSubscriber(t.Context(), "made"); err == nil {
+		t.Fatal("made is still there after its delete")
+	}
 
 	// The console's own pages broke no rule of their CSP (an inline style or
 	// script would be reported), and nothing was blocked.

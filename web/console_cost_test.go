@@ -97,6 +97,7 @@ func TestConsolePageCost(t *testing.T) {
 		{"one delivery", "/console/subscribers/fan-hot/deliveries/hot-00000", ""},
 		{"one event", "/console/events/fan-few?limit=10", "/console/events/fan-many?limit=10"},
 		{"search", "/console/search?q=fan-few", "/console/search?q=fan-many"},
+		{"every subscriber's deliveries", "/console/deliveries?subs=10&per=1", ""},
 	}
 	start := time.Now()
 	putMany(t, p, "fan", "fan", 9)        // and fan-hot: 10 subscribers
@@ -151,7 +152,7 @@ func TestConsolePageCost(t *testing.T) {
 	t.Logf("the event page read %d bytes from Redis with a fan-out to 10, %d with 1,010",
 		replyBytes("/console/events/fan-few?limit=10"), replyBytes("/console/events/fan-many?limit=10"))
 	// For the record: the same pages at their default sizes.
-	for _, path := range []string{"/console/subscribers", "/console/subscribers/fan-hot", "/console/events/fan-many"} {
+	for _, path := range []string{"/console/subscribers", "/console/subscribers/fan-hot", "/console/events/fan-many", "/console/deliveries"} {
 		t.Logf("default size %s: %d commands", path, len(commands(path)))
 	}
 }

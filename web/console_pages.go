@@ -38,6 +38,10 @@ var flashes = map[string]string{
 	"resent-held-breaker_open": "Booked again, with the same webhook-id, but held: the circuit breaker is open; it goes once a probe succeeds.",
 	"resent-held-cooling":      "Booked again, with the same webhook-id, but held: the destination cools down; it goes when the cooldown ends.",
 	"test":                     "Test event sent: a hooklane.ping to this subscriber alone, signed and delivered like any other.",
+	"cooldown-ended":           "Cooldown ended: the deliveries that waited on it go now, at its pace; each such attempt notes that it went early.",
+	"not-cooling":              "It was not cooling down: nothing to end.",
+	"saved":                    "Saved: its new configuration applies from its next delivery.",
+	"deleted":                  "Deleted: its queued events are dropped when they come due, counted, not sent.",
 }
 
 // intParam reads query parameter name: def when absent, else lo to hi.
@@ -109,7 +113,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p := subscribersPage{base: base{Title: "Subscribers"}, Query: strings.TrimSpace(q.Get("q")), State: q.Get("state"),
+	p := subscribersPage{base: base{Title: "Subscribers", Flash: flashes[q.Get("done")]}, Query: strings.TrimSpace(q.Get("q")), State: q.Get("state"),
 		States: subscriberStates, Limit: limit}
 	if !slices.ContainsFunc(subscriberStates, func(s struct{ Value, Label string }) bool { return s.Value == p.State }) {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "state", "want paused, open or cooling")
@@ -169,7 +173,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 }
 
 // subscriberActions are the paths the subscriber page's forms post to.
-type subscriberActions struct{ Pause, Resume, Test, Rotate, Replay string }
+type subscriberActions struct{ Pause, Resume, Test, Rotate, Replay, EndCooldown string }
 
 type subscriberPage struct {
 	base
@@ -223,7 +227,7 @@ func (c *console) subscriber(w http.ResponseWriter, r *http.Request) error {
 	p := subscriberPage{base: base{Title: sub.ID, Flash: flashes[q.Get("done")]}, Sub: view(sub), Secrets: len(sub.Secrets),
 		Status: sts[0], States: tasks.States, State: dq.State, Since: q.Get("since"), Until: q.Get("until"), Limit: limit,
 		Actions: subscriberActions{Pause: self + "/pause", Resume: self + "/resume", Test: self + "/test",
-			Rotate: self + "/rotate", Replay: self + "/replay"}}
+			Rotate: self + "/rotate", Replay: self + "/replay", EndCooldown: self + "/cooldown/end"}}
 	p.Retiring = p.Sub.RetiringUntil
 	if p.Chart, err = c.readChart(ctx, sub.ID, chartN, q.Get("span") == "deliveries"); err != nil {
 		return err
@@ -232,6 +236,7 @@ func (c *console) subscriber(w http.ResponseWriter, r *http.Request) error {
 	if p.Deliveries, next, err = c.s.p.Deliveries(ctx, sub.ID, dq); err != nil {
 		return err
 	}
+	p.Refresh = refreshFor(c.now(), p.Deliveries...)
 	if next != "" {
 		v := url.Values{"cursor": {next}}
 		for _, k := range []string{"state", "since", "until", "limit", "chart", "span"} {
@@ -256,17 +261,10 @@ type deliveryPage struct {
 	D           tasks.DeliveryRecord
 	Attempts    []attemptView
 	Event       *tasks.Event // nil once past the payload retention
-	Payload     string
+	Payload     string       // the body sent, secrets redacted (redactSent)
 	PublishedAt time.Time
 	Resend      string // the resend form's path
 	Active      bool   // under way: a resend would be refused
-}
-
-type attemptView struct {
-	tasks.Attempt
-	N     int
-	Class string // delivered, throttled, failed
-	Body  string // the response body kept, secrets redacted
 }
 
 // delivery shows one delivery's attempts as a timeline, and the event's
@@ -280,15 +278,14 @@ func (c *console) delivery(w http.ResponseWriter, r *http.Request) error {
 	p := deliveryPage{base: base{Title: evID + " → " + sub, Flash: flashes[r.URL.Query().Get("done")]}, D: d,
 		Resend: deliveryPath(sub, evID) + "/resend",
 		Active: d.State != tasks.StateDelivered && d.State != tasks.StateDead}
-	for i, a := range d.Attempts {
-		p.Attempts = append(p.Attempts, attemptView{Attempt: a, N: i + 1, Class: attemptClass(a), Body: Redact([]byte(a.Body))})
-	}
-	ev, _, published, ok, err := c.storedEvent(ctx, evID)
+	p.Refresh = refreshFor(c.now(), d)
+	p.Attempts = attemptViews(d.Attempts)
+	se, ok, err := c.storedEvent(ctx, evID)
 	if err != nil {
 		return err
 	}
 	if ok {
-		p.Event, p.Payload, p.PublishedAt = &ev, Redact(ev.Data), published
+		p.Event, p.Payload, p.PublishedAt = &se.Event, redactSent(se.Body), se.PublishedAt
 	}
 	return c.render(w, http.StatusOK, "delivery.html", p)
 }
@@ -311,7 +308,8 @@ func (c *console) event(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ev, subs, published, ok, err := c.storedEvent(ctx, id)
+	se, ok, err := c.storedEvent(ctx, id)
+	ev, subs, published := se.Event, se.Subscribers, se.PublishedAt
 	if err != nil {
 		return err
 	}
@@ -333,6 +331,13 @@ func (c *console) event(w http.ResponseWriter, r *http.Request) error {
 	if p.Rows, err = c.readDeliveries(ctx, page, ids); err != nil {
 		return err
 	}
+	var shown []tasks.DeliveryRecord
+	for _, r := range p.Rows {
+		if r.Record != nil {
+			shown = append(shown, *r.Record)
+		}
+	}
+	p.Refresh = refreshFor(c.now(), shown...)
 	if start+limit < len(subs) {
 		v := url.Values{"after": {page[len(page)-1]}}
 		if q.Get("limit") != "" {
@@ -357,7 +362,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request) error {
 	if q == "" {
 		return c.render(w, http.StatusOK, "search.html", p)
 	}
-	if _, _, _, ok, err := c.storedEvent(ctx, q); err != nil {
+	if _, ok, err := c.storedEvent(ctx, q); err != nil {
 		return err
 	} else if ok {
 		return seeOther(w, r, eventPath(q))

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
 
 // storedEvent is event id as kept for its payload retention: the event,
-// its subscribers (sorted) and when it was first published; ok is false
-// once it is past the retention (or was never published).
+// the body each subscriber is sent, its subscribers (sorted) and when it
+// was first published; ok is false once it is past the retention (or was
+// never published).
 //
 // It reads the stored event alone (producer.StoredEvent: one round trip),
 // not the delivery record of every subscriber the event went to, as the
@@ -20,18 +20,15 @@ import (
 // would cost 100,000 reads. The reply still holds every subscriber id
 // (the stored event keeps them with the payload): its bytes grow with the
 // fan-out, its commands do not.
-func (c *console) storedEvent(ctx context.Context, id string) (ev tasks.Event, subs []string, published time.Time, ok bool, err error) {
+func (c *console) storedEvent(ctx context.Context, id string) (se tasks.StoredEvent, ok bool, err error) {
 	if tasks.ValidateEventID(id) != nil {
-		return ev, nil, published, false, nil
+		return se, false, nil
 	}
-	se, err := c.s.p.StoredEvent(ctx, id)
+	se, err = c.s.p.StoredEvent(ctx, id)
 	if errors.Is(err, producer.ErrUnknownEvent) {
-		return ev, nil, published, false, nil
+		return se, false, nil
 	}
-	if err != nil {
-		return ev, nil, published, false, err
-	}
-	return se.Event, se.Subscribers, se.PublishedAt, true, nil
+	return se, err == nil, err
 }
 
 // deliveryOf is one delivery record read by readDeliveries; Record is nil

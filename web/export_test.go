@@ -9,3 +9,7 @@ func APIRoutePatterns() []string {
 	}
 	return out
 }
+
+// RefreshFor is refreshFor, the seconds after which a page showing
+// deliveries reloads itself.
+var RefreshFor = refreshFor

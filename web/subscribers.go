@@ -2,6 +2,7 @@ package web
 
 import (
 	"cmp"
+	"context"
 	"encoding/base64"
 	"net/http"
 	"slices"
@@ -155,32 +156,47 @@ func (s *Server) putSubscriber(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, 64<<10, &req); err != nil {
 		return err
 	}
-	sub, err := req.toTask(id)
+	v, created, err := s.saveSubscriber(r.Context(), id, req)
 	if err != nil {
 		return err
 	}
-	stored, created, err := s.p.UpsertSubscriber(r.Context(), sub)
-	if err != nil {
-		return err
-	}
-	if req.Paused != nil && !created && *req.Paused != stored.Paused {
-		if err := s.p.SetPaused(r.Context(), id, *req.Paused); err != nil {
-			return err
-		}
-		if stored, err = s.p.GetSubscriber(r.Context(), id); err != nil {
-			return err
-		}
-	}
-	v := view(stored)
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
-		if len(req.Secrets) == 0 {
-			v.Secrets = stored.Secrets // generated: shown this once
-		}
 	}
 	writeJSON(w, status, v)
 	return nil
+}
+
+// saveSubscriber is a PUT of subscriber id, for the API and the console's
+// forms alike: req checked, the subscriber created or replaced, its pause
+// set when req names one. v shows a generated secret, the once it is
+// created without one.
+func (s *Server) saveSubscriber(ctx context.Context, id string, req SubscriberRequest) (v Subscriber, created bool, err error) {
+	if err := tasks.ValidateSubscriberID(id); err != nil {
+		return v, false, err
+	}
+	sub, err := req.toTask(id)
+	if err != nil {
+		return v, false, err
+	}
+	stored, created, err := s.p.UpsertSubscriber(ctx, sub)
+	if err != nil {
+		return v, false, err
+	}
+	if req.Paused != nil && !created && *req.Paused != stored.Paused {
+		if err := s.p.SetPaused(ctx, id, *req.Paused); err != nil {
+			return v, false, err
+		}
+		if stored, err = s.p.GetSubscriber(ctx, id); err != nil {
+			return v, false, err
+		}
+	}
+	v = view(stored)
+	if created && len(req.Secrets) == 0 {
+		v.Secrets = stored.Secrets // generated: shown this once
+	}
+	return v, created, nil
 }
 
 func (s *Server) getSubscriber(w http.ResponseWriter, r *http.Request) error {

@@ -189,7 +189,8 @@ func (h *handler) base(r *run, resp *response, state string) outcome {
 	}
 	o.what, o.status = describe(*resp), resp.status
 	o.att = &tasks.Attempt{At: resp.received, Status: resp.status, RetryAfter: resp.retryAfter, LatencyMS: resp.latency.Milliseconds(),
-		AttemptsSpent: r.adm.Spent, Body: strings.ToValidUTF8(string(resp.body), "\uFFFD")}
+		AttemptsSpent: r.adm.Spent, Body: strings.ToValidUTF8(string(resp.body), "\uFFFD"), RequestHeaders: resp.sent,
+		ResponseHeaders: resp.headers, ResponseHeadersCut: resp.cut}
 	if resp.err != nil {
 		o.att.Error = resp.err.Error()
 	} else if resp.raIgnored {

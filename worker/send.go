@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +56,12 @@ type response struct {
 	latency   time.Duration
 	body      []byte // the first Config.ResponseBody bytes of the body
 	err       error  // transport error: no status
+	// sent are the request's headers, its signature cut (redactSignature):
+	// nil when no request was made. headers are the answer's kept
+	// (keepHeaders), cut the number left out.
+	sent    []tasks.Header
+	headers []tasks.Header
+	cut     int
 }
 
 // sign returns the webhook-signature header value: one "v1,<base64>" per
@@ -97,6 +105,7 @@ func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, event
 	req.Header.Set(standardwebhooks.HeaderWebhookID, eventID)
 	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(start.Unix(), 10))
 	req.Header.Set(standardwebhooks.HeaderWebhookSignature, sig)
+	sent := sentHeaders(req.Header)
 	resp, err := client.Do(req)
 	if err != nil {
 		// The error text reaches asynqmon and the dead-letter ledger: keep
@@ -105,7 +114,7 @@ func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, event
 		if errors.As(err, &ue) {
 			ue.URL = redactURL(ue.URL)
 		}
-		return response{err: err, received: time.Now(), latency: time.Since(start)}
+		return response{err: err, received: time.Now(), latency: time.Since(start), sent: sent}
 	}
 	received := time.Now()
 	if headers != nil {
@@ -121,7 +130,8 @@ func post(ctx context.Context, client *http.Client, sub *tasks.Subscriber, event
 	}
 	resp.Body.Close()
 	r := response{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"),
-		received: received, latency: time.Since(start), body: kept.Bytes()}
+		received: received, latency: time.Since(start), body: kept.Bytes(), sent: sent}
+	r.headers, r.cut = keepHeaders(resp.Header)
 	if r.retryAfter != "" {
 		_, ok := limits.ReadRetryAfter(r.retryAfter)
 		r.raIgnored = !ok
@@ -143,4 +153,65 @@ func redactURL(raw string) string {
 	}
 	u.Fragment, u.User = "", nil
 	return u.String()
+}
+
+// sentHeaders lists a request's headers in name order, each signature cut
+// to its version and first characters: enough to tell which secret signed
+// it and to match a receiver's log, not to replay the request.
+func sentHeaders(h http.Header) []tasks.Header {
+	var out []tasks.Header
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		for _, v := range h[name] {
+			if name == http.CanonicalHeaderKey(standardwebhooks.HeaderWebhookSignature) {
+				v = redactSignature(v)
+			}
+			out = append(out, tasks.Header{Name: name, Value: v})
+		}
+	}
+	return out
+}
+
+// signatureShown is how much of a signature's base64 is kept.
+const signatureShown = 6
+
+// redactSignature cuts each "v1,<base64>" of a webhook-signature value to
+// "v1,<first characters>…".
+func redactSignature(v string) string {
+	sigs := strings.Fields(v)
+	for i, s := range sigs {
+		version, mac, _ := strings.Cut(s, ",")
+		sigs[i] = version + "," + mac[:min(len(mac), signatureShown)] + "…"
+	}
+	return strings.Join(sigs, " ")
+}
+
+// secretHeaders are response headers whose values are the receiver's
+// credentials: kept by name only.
+var secretHeaders = map[string]bool{"Set-Cookie": true, "Authorization": true, "Proxy-Authorization": true, "Cookie": true}
+
+// keepHeaders is the bounded subset of a response's headers an attempt
+// keeps (tasks.MaxResponseHeaders, tasks.MaxResponseHeaderBytes), in name
+// order, values as valid UTF-8; cut is how many were left out. A value
+// that does not fit the bytes left is cut short with "…".
+func keepHeaders(h http.Header) (kept []tasks.Header, cut int) {
+	left := tasks.MaxResponseHeaderBytes
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		for _, v := range h[name] {
+			if secretHeaders[name] {
+				v = "(not kept)"
+			}
+			v = strings.ToValidUTF8(v, "\uFFFD")
+			if len(kept) == tasks.MaxResponseHeaders || left < len(name)+len("…") {
+				cut++
+				continue
+			}
+			left -= len(name)
+			if len(v) > left {
+				v = strings.ToValidUTF8(v[:max(left-len("…"), 0)], "") + "…"
+			}
+			left -= len(v)
+			kept = append(kept, tasks.Header{Name: name, Value: v})
+		}
+	}
+	return kept, cut
 }

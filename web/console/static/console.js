@@ -17,4 +17,18 @@
       navigator.clipboard.writeText(src.textContent).then(function () { b.textContent = 'Copied'; });
     });
   });
+  // A page showing a delivery under way reloads itself (the server sets
+  // data-refresh only then), unless the operator is filling in a form.
+  var every = Number(document.body.getAttribute('data-refresh'));
+  if (every > 0) {
+    var edited = false;
+    document.addEventListener('input', function () { edited = true; });
+    var tick = function () {
+      if (edited) return;
+      var a = document.activeElement;
+      if (a && a.form) { setTimeout(tick, every * 1000); return; }
+      location.reload();
+    };
+    setTimeout(tick, every * 1000);
+  }
 })();
