@@ -91,9 +91,14 @@ func TestPublishBatchOnACluster(t *testing.T) {
 			}
 		}
 		mu.Lock()
+		// Each master gets the stores and bookings of its subscribers' slots,
+		// one pipeline each; one master the type lookup, one the ready
+		// index's wake-ups of the deliveries parked in a lot (all of them
+		// here once the warm-up took the rate's burst): on the same master
+		// when the two slots fall together.
 		for addr, n := range perNode {
-			if n > 3 {
-				t.Errorf("round %d: %d pipelines to %s; want at most 3 (lookup, store, bookings)", round, n, addr)
+			if n > 4 {
+				t.Errorf("round %d: %d pipelines to %s; want at most 4 (lookup, store, bookings, wake-ups)", round, n, addr)
 			}
 		}
 		t.Logf("round %d: pipelines per master %v", round, perNode)
