@@ -32,7 +32,8 @@ type Options struct {
 	Logger *slog.Logger
 	// DataDir holds the local Redis' data. Default ".hooklane/redis".
 	DataDir string
-	// Events is the demo's burst. Default 30; negative: no demo.
+	// Events is the demo's burst. Default 120: demo-limited's share lasts
+	// the first minute at its receiver's 2/s. Negative: no demo.
 	Events int
 }
 
@@ -52,7 +53,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Out = os.Stdout
 	}
 	o.DataDir = cmp.Or(o.DataDir, ".hooklane/redis")
-	o.Events = cmp.Or(o.Events, 30)
+	o.Events = cmp.Or(o.Events, 120)
 	log := o.Logger
 
 	rc, err := deploy.RedisFromEnv(o.Getenv)
@@ -156,7 +157,8 @@ func Run(ctx context.Context, o Options) error {
     API           curl -H 'Authorization: Bearer %[2]s' %[1]s/v1/subscribers
     CLI           HOOKLANE_API_TOKEN=%[2]s go run . subscribers status demo-limited
     metrics       curl -H 'Authorization: Bearer %[2]s' %[1]s/metrics
-  Within a minute: demo-fast delivered, demo-limited retrying on its Retry-After,
+  Within a minute: demo-fast delivered; demo-limited, registered at 10/s, sent
+  at its receiver's 2/s learnt from the first 429s (its rate in the lines below);
   demo-down's breaker open (subscribers status demo-down), its first events in
   the dead letters (console: demo-down; asynqmon: Archived tab), the rest held.
   Ctrl-C stops everything.
@@ -198,6 +200,9 @@ func progress(ctx context.Context, c *cli.Client, out io.Writer, every time.Dura
 				st.Counts.Scheduled, st.Counts.Retrying, st.Counts.Dead)
 			if st.CoolingUntil != nil {
 				line += fmt.Sprintf(" (429: cooling %ds)", int(time.Until(*st.CoolingUntil).Seconds()+0.5))
+			}
+			if e := st.EffectiveRate; e.Reason != "" {
+				line += fmt.Sprintf(" (sent at %.2f/%s: %s)", e.Rate, e.Period, e.Reason)
 			}
 			if st.Breaker.State != "closed" {
 				line += " (breaker " + st.Breaker.State + ")"
