@@ -13,28 +13,28 @@ import (
 //
 //   - 429s, AIMD. A 429 drops the rate at once to AdaptMargin of what the
 //     destination accepted (its 2xx a second over the last AdaptWindow,
-//     or since its first 2xx there if later, but never over less than
+//     or since its first 2xx there if later, never counted over less than
 //     the limit's burst takes at its rate; at most the rate it had), or
-//     halves it when it accepted none there;
-//     never below a tenth of the limit. The answers to requests already in
-//     flight (those committed within a second of that 429) measure again
-//     from the rate before it instead of lowering it again, so a burst of
-//     429s counts once whatever order its answers are committed in. Then
-//     each 2xx gives back AdaptIncrease of the limit a minute for the time
-//     since the last one (a second at most): the rate climbs only while
-//     2xx keep coming, until the limit is reached and the lesson
-//     forgotten. Commit keeps all of it in the script that commits each
-//     outcome (luaAdapt), so concurrent workers never fight over it: a_f
-//     (the share of the limit), a_at (the last decrease), a_pre (the share
+//     halves it when it accepted none there; never below a tenth of the
+//     limit. The answers to requests already in flight (those committed
+//     within a second of that 429) measure again from the rate before it
+//     instead of lowering it again, so a burst of 429s counts once
+//     whatever order its answers are committed in. Then each 2xx gives
+//     back AdaptIncrease of the limit a minute for the time since the last
+//     one (a second at most): the rate climbs only while 2xx keep coming,
+//     until the limit is reached and the lesson forgotten. Sending just
+//     under what the receiver took leaves its bucket room for the jitter
+//     that makes a sender at exactly its rate draw 429s, and a 429 costs
+//     its whole Retry-After; the slow climb finds the rest (a receiver 5×
+//     below the limit: its rate again after about two minutes of 2xx).
+//     Commit keeps all of it in the script that commits each outcome
+//     (luaAdapt), so concurrent workers never fight over it: a_f (the
+//     share of the limit), a_at (the last decrease), a_pre (the share
 //     before it), a_cu (the end of its cooldown), a_up (the last 2xx that
 //     gave some back), a_why; and, for every subscriber, the window of
 //     2xx: a_w (its start), a_n (2xx in it), a_cw (the ms its earlier
 //     cooldowns took), a_p (2xx a second in the one before, while that
-//     was the last). Sending just under
-//     what the receiver took leaves its bucket room for the jitter that
-//     makes a sender at exactly its rate draw 429s; the slow climb finds
-//     the rest (a receiver 5× below the limit: its rate again in about a
-//     minute of 2xx).
+//     was the last).
 //   - a receiver's RateLimit-Policy (draft-ietf-httpapi-ratelimit-headers:
 //     quota per window) caps the rate at quota/window while it says so
 //     (a_cap, requests per second; a_cap_at), without burst: the policy

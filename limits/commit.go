@@ -231,7 +231,7 @@ elseif same and has('p') then
   soon(now)
 end
 -- the effective rate (adaptive.go) and the in-flight pace
-if same then
+if same and (kind == 'delivered' or has('t')) then
   local cool = 0
   if has('t') then cool = tonumber(redis.call('GET', k.cool) or '0') end
   adapt(k.gate, now, kind == 'delivered', has('t'), cool, {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]),
