@@ -8,15 +8,33 @@ import (
 
 // A subscriber's effective rate is the configured limit scaled by what the
 // receiver taught: it never exceeds the limit. Two lessons, kept in the
-// gate record (Admit reads them in the step it already takes):
+// gate record (Book, Admit and Turn read them in the step they already
+// take):
 //
-//   - a 429 multiplies the rate by AdaptDecrease (at most once a second,
-//     so one burst of 429s from requests already in flight counts once),
-//     down to a tenth of the limit; every minute without one adds
-//     AdaptIncrease of the limit back, until the limit is reached and the
-//     lesson forgotten (a_f: the factor, a_at: when it was set, a_why).
-//     Sending just under a receiver's own limit leaves its bucket room
-//     for the jitter that makes a sender at exactly its rate draw 429s.
+//   - 429s, AIMD. A 429 drops the rate at once to AdaptMargin of what the
+//     destination accepted (its 2xx a second over the last AdaptWindow,
+//     or since its first 2xx there if later, never counted over less than
+//     the limit's burst takes at its rate; at most the rate it had), or
+//     halves it when it accepted none there; never below a tenth of the
+//     limit. The answers to requests already in flight (those committed
+//     within a second of that 429) measure again from the rate before it
+//     instead of lowering it again, so a burst of 429s counts once
+//     whatever order its answers are committed in. Then each 2xx gives
+//     back AdaptIncrease of the limit a minute for the time since the last
+//     one (a second at most): the rate climbs only while 2xx keep coming,
+//     until the limit is reached and the lesson forgotten. Sending just
+//     under what the receiver took leaves its bucket room for the jitter
+//     that makes a sender at exactly its rate draw 429s, and a 429 costs
+//     its whole Retry-After; the slow climb finds the rest (a receiver 5×
+//     below the limit: its rate again after about two minutes of 2xx).
+//     Commit keeps all of it in the script that commits each outcome
+//     (luaAdapt), so concurrent workers never fight over it: a_f (the
+//     share of the limit), a_at (the last decrease), a_pre (the share
+//     before it), a_cu (the end of its cooldown), a_up (the last 2xx that
+//     gave some back), a_why; and, for every subscriber, the window of
+//     2xx: a_w (its start), a_n (2xx in it), a_cw (the ms its earlier
+//     cooldowns took), a_p (2xx a second in the one before, while that
+//     was the last).
 //   - a receiver's RateLimit-Policy (draft-ietf-httpapi-ratelimit-headers:
 //     quota per window) caps the rate at quota/window while it says so
 //     (a_cap, requests per second; a_cap_at), without burst: the policy
@@ -27,14 +45,113 @@ import (
 // destination until its reset, as a Retry-After would, without waiting for
 // the 429.
 const (
-	AdaptDecrease = 0.95
-	AdaptIncrease = 0.02 // of the limit, per minute without a 429
+	AdaptMargin   = 0.9
+	AdaptWindow   = 10 * time.Second
+	AdaptIncrease = 0.01 // of the limit, per minute of 2xx
 	adaptFloor    = 0.1
 )
 
-// adaptIncreasePerMs is AdaptIncrease per millisecond, as Admit's script
+// adaptIncreasePerMs is AdaptIncrease per millisecond, as Commit's script
 // takes it.
 const adaptIncreasePerMs = AdaptIncrease / 60000
+
+// burstSpan is how long limit l's burst takes at its rate, in ms (at least
+// 1): hooklane may send that many at once, so the 2xx of a shorter span
+// tell the receiver's burst, not its rate.
+func burstSpan(l Limit) int64 {
+	if l.Rate <= 0 {
+		return 1
+	}
+	return max(1, (time.Duration(l.Burst) * l.Period / time.Duration(l.Rate)).Milliseconds())
+}
+
+// luaAdapt is the Lua of the first lesson, for Commit's script:
+// adapt(gate, now, delivered, throttled, cool, p) keeps the effective rate
+// for one answer of the subscriber's current generation: delivered a 2xx,
+// throttled a 429, cool the destination's cooldown end (Unix ms, 0 none);
+// p holds margin, floor, incr (share of the limit a ms of 2xx gives back),
+// why (the reason status shows), win (the window, ms), per_ms (the limit
+// in requests a ms; 0 unknown: a 429 halves) and span (the shortest span
+// a rate is counted over, ms: burstSpan). The window's time leaves out
+// the cooldowns of the decreases in it (a_cu the last one's end, a_cw the
+// time of those before), when the destination could accept nothing:
+// counted, each 429 of a receiver close to the limit would lower the rate
+// by its cooldown's share of the window too (a test at 30/s of 40 ended at
+// 14/s so).
+const luaAdapt = `
+local function adapt(gate, now, delivered, throttled, cool, p)
+  local v = redis.call('HMGET', gate, 'a_f', 'a_at', 'a_pre', 'a_up', 'a_cu', 'a_w', 'a_n', 'a_p', 'a_cw')
+  local f, at, pre, up, cu = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4]), tonumber(v[5])
+  local w, n, prev, cw = tonumber(v[6]), tonumber(v[7]) or 0, tonumber(v[8]), tonumber(v[9]) or 0
+  -- the ms of the window [w, now] its cooldowns took: those of earlier
+  -- decreases (cw), and what the last one's took of it so far
+  local function closed()
+    if not at or not cu then return cw end
+    return cw + math.max(0, math.min(now, cu) - math.max(w, at))
+  end
+  if delivered then
+    if not w or now - w >= p.win then
+      -- a new window; the one it follows is kept while it is the last, in
+      -- 2xx a second of its open time (it may have lasted up to twice the
+      -- window)
+      prev = nil
+      if w and now - w < 2 * p.win then prev = n * 1000 / math.max(now - w - closed(), p.span) end
+      w, n, cw = now, 0, 0
+      redis.call('HSET', gate, 'a_w', now, 'a_n', 1, 'a_cw', 0)
+      if prev then redis.call('HSET', gate, 'a_p', string.format('%.6g', prev)) else redis.call('HDEL', gate, 'a_p') end
+    else
+      redis.call('HINCRBY', gate, 'a_n', 1)
+    end
+    n = n + 1
+  end
+  -- what the destination accepted over the last window, as a share of
+  -- the limit: the window before for the part of the last window it
+  -- covers, then this one; nil when it accepted nothing there
+  local function accepted()
+    if not w or p.per_ms <= 0 then return nil end
+    local e = now - w
+    local open, rate = e - closed(), nil
+    if prev and e < p.win then rate = (prev / 1000 * (p.win - e) + n) / math.max(p.win - e + open, p.span)
+    elseif e < 2 * p.win then rate = n / math.max(open, p.span) end
+    if not rate or rate <= 0 then return nil end
+    return rate / p.per_ms
+  end
+  local function lowered(from)
+    local x = accepted()
+    if x then x = math.min(from, x) * p.margin else x = from / 2 end
+    return string.format('%.6f', math.max(p.floor, x))
+  end
+  local recent = at and now - at < 1000
+  if recent and pre and (throttled or (delivered and f)) then
+    -- an answer of the burst the last decrease came from: measured again
+    -- from the rate before it, with this answer counted
+    redis.call('HSET', gate, 'a_f', lowered(pre))
+  elseif throttled and not recent then
+    pre = math.min(f or 1, 1)
+    redis.call('HSET', gate, 'a_f', lowered(pre), 'a_pre', pre, 'a_at', now, 'a_up', now, 'a_why', p.why)
+    -- the cooldown before this one is over: its time in the window stays
+    if w then redis.call('HSET', gate, 'a_cw', closed()) end
+    if cool > now then redis.call('HSET', gate, 'a_cu', cool) else redis.call('HDEL', gate, 'a_cu') end
+  elseif delivered and f then
+    -- a 2xx gives back what the time since the last one earns, a second's
+    -- at most: the rate climbs while 2xx keep coming
+    local x = f + p.incr * math.min(math.max(now - (up or now), 0), 1000)
+    if x >= 1 then
+      redis.call('HDEL', gate, 'a_f', 'a_at', 'a_why', 'a_pre', 'a_up', 'a_cu')
+    else
+      redis.call('HSET', gate, 'a_f', string.format('%.6f', x), 'a_up', now)
+    end
+  end
+end
+`
+
+// perMs is limit l in requests per millisecond, 0 for the zero limit.
+func perMs(l Limit) float64 {
+	if l.Rate <= 0 || l.Period <= 0 {
+		return 0
+	}
+	return float64(l.Rate) / float64(l.Period.Milliseconds())
+}
 
 // PolicyLifetime is how long a receiver's RateLimit-Policy cap lasts after
 // the last answer that carried it: a receiver that stops sending the
@@ -82,11 +199,9 @@ func ReadEffective(rec map[string]string, l Limit, maxInFlight int, now time.Tim
 // readRate is the effective rate without the in-flight slots' pace.
 func readRate(rec map[string]string, l Limit, now time.Time) Effective {
 	e := Effective{Rate: float64(l.Rate)}
-	if f, err := strconv.ParseFloat(rec["a_f"], 64); err == nil {
+	if f, err := strconv.ParseFloat(rec["a_f"], 64); err == nil && f < 1 {
 		at, _ := strconv.ParseInt(rec["a_at"], 10, 64)
-		if f = min(1, f+adaptIncreasePerMs*float64(now.UnixMilli()-at)); f < 1 {
-			e = Effective{Rate: float64(l.Rate) * f, Reason: rec["a_why"], Since: time.UnixMilli(at)}
-		}
+		e = Effective{Rate: float64(l.Rate) * f, Reason: rec["a_why"], Since: time.UnixMilli(at)}
 	}
 	until, _ := strconv.ParseInt(rec["a_cap_until"], 10, 64)
 	if c, err := strconv.ParseFloat(rec["a_cap"], 64); err == nil && c*l.Period.Seconds() < e.Rate && (until == 0 || until > now.UnixMilli()) {

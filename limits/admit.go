@@ -19,8 +19,7 @@ import (
 // waited for in the worker), 5 "1" when this run booked its rate slot
 // before (a second Admit after waiting for it: the rate is not asked
 // again), then Pace.args: 6 rate, 7 burst, 8 period ms, 9 max in flight,
-// 10 lead ms, 11 max wait ms, 12 fresh max, 13 adaptive increase per ms,
-// 14 ramp ms.
+// 10 lead ms, 11 max wait ms, 12 fresh max, 13 ramp ms, 14 waiters.
 //
 // Reply {code, …}:
 //
@@ -126,7 +125,7 @@ end
 local reserved = ARGV[5] == '1' and d[3] == token
 local new_tat, ttl_s
 if not reserved then
-  local rate, burst = effective(k.gate, f, now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[13]), tonumber(ARGV[14]))
+  local rate, burst = effective(k.gate, f, now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[13]))
   local T = tonumber(ARGV[8]) / 1000 / rate
   local nows = gcra_now(t)
   local tat = math.max(tonumber(redis.call('GET', k.gcra) or '0'), nows)

@@ -58,7 +58,7 @@ func (p Pace) args() []any {
 		waiters = DefaultWaiters
 	}
 	return []any{p.Limit.Rate, p.Limit.Burst, p.Limit.Period.Milliseconds(), p.MaxInFlight, lead.Milliseconds(),
-		max(p.MaxWait, 0).Milliseconds(), p.FreshMax, adaptIncreasePerMs, max(p.Ramp, time.Millisecond).Milliseconds(), waiters}
+		max(p.MaxWait, 0).Milliseconds(), p.FreshMax, max(p.Ramp, time.Millisecond).Milliseconds(), waiters}
 }
 
 // The worker's defaults a Pace is sized with where the worker's own
@@ -96,10 +96,10 @@ var FreshTTL = 10 * time.Minute
 // none), 4 horizon ms, 5 dedup ms, 6 max attempts, 7 "1" held, 8 "1"
 // resend, 9 token, 10 out lease ms, 11 fresh ttl ms, then Pace.args:
 // 12 rate, 13 burst, 14 period ms, 15 max in flight, 16 lead ms, 17 max
-// wait ms, 18 fresh max, 19 adaptive increase per ms, 20 ramp ms, 21
-// waiters; 22 the records' prefix (+ event id: the fresh lane's records,
-// in the same slot). Reply {code, gen, where, due ms, paused, state, now
-// ms, cooldown end ms}: code "new" (booked: where is the lane
+// wait ms, 18 fresh max, 19 ramp ms, 20 waiters; 21 the records' prefix
+// (+ event id: the fresh lane's records, in the same slot). Reply {code,
+// gen, where, due ms, paused, state, now ms, cooldown end ms}: code "new"
+// (booked: where is the lane
 // to enqueue its task in, or "lot"), "dup" (booked before in this
 // generation: nothing written; where is the lane when its task may need
 // enqueueing again, "lot" when it is parked, "" when it is running or
@@ -148,15 +148,15 @@ elseif cool > now then state = 'cooling'
 elseif nb <= now and redis.call('ZCOUNT', k.lot, '-inf', now) == 0 then
   local n_out = redis.call('ZCOUNT', k.out, now, '+inf')
   local n_in = redis.call('ZCOUNT', k.inflight, now, '+inf')
-  local rate, burst = effective(k.gate, f, now, tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[19]), tonumber(ARGV[20]))
+  local rate, burst = effective(k.gate, f, now, tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[19]))
   local T = tonumber(ARGV[14]) / 1000 / rate
   local nows = gcra_now(t)
   local tat = math.max(tonumber(redis.call('GET', k.gcra) or '0'), nows)
   local allowance = math.floor((nows + tonumber(ARGV[16]) / 1000 - tat) / T + burst)
-  if n_out + n_in < capacity(tonumber(ARGV[15]), f.lt, tonumber(ARGV[17]), tonumber(ARGV[21])) and allowance > n_out then
+  if n_out + n_in < capacity(tonumber(ARGV[15]), f.lt, tonumber(ARGV[17]), tonumber(ARGV[20])) and allowance > n_out then
     local cap = tonumber(ARGV[18])
     where, state = 'backlog', 'pending'
-    if cap == 0 or fresh_count(k, ARGV[22], now, tonumber(ARGV[11])) < cap then
+    if cap == 0 or fresh_count(k, ARGV[21], now, tonumber(ARGV[11])) < cap then
       where = 'fresh'
       redis.call('ZADD', k.fresh, now + tonumber(ARGV[11]), ARGV[1])
     end

@@ -62,8 +62,9 @@ type Outcome struct {
 	EndpointFailure, Answered, Probe, Streak bool
 	ErrText                                  string // the breaker's last error
 	Breaker                                  BreakerPolicy
-	Throttled                                bool          // a 429: lower the effective rate (once a second)
+	Throttled                                bool          // a 429: lower the effective rate (adaptive.go)
 	AdaptReason                              string        // why, for status
+	Limit                                    Limit         // the subscriber's: the effective rate's unit
 	Latency                                  time.Duration // the answer's, for the in-flight pace (0: none)
 	Dedup                                    time.Duration // how long an ended record is kept at least
 	// CoolUntil is an OutcomeThrottled run's Retry-After deadline: the
@@ -116,13 +117,16 @@ type Committed struct {
 // 9 delivered ms, 10 flags (e endpoint failure, a answered, p probe, s
 // streak, t throttled, g pause gone, c cooldown lost), 11 breaker failures (-1 off), 12
 // first gap ms, 13 max gap ms, 14 disable after ms (0 never), 15 error
-// text, 16 adaptive factor, 17 floor, 18 increase per ms, 19 reason, 20
+// text, 16 adaptive margin, 17 floor, 18 increase per ms, 19 reason, 20
 // latency ms (0 none), 21 dedup ms, 22 counters ("field n field n …"), 23
 // dead entry prefix (without "gen": the record's is added), 24 task id,
 // 25 retention ms, 26 report sample, 27 dead at (ms: the entry's dead_at,
 // its index score; 0: now), 28 the throttled run's deadline (ms, rounded
 // up; 0 none), 29 the hand-out lease ms (an interrupted run's delivery
-// waits in out for its task, put back in asynq).
+// waits in out for its task, put back in asynq), 30 the adaptive window
+// ms, 31 the limit in requests per ms (0: unknown, a 429 halves the rate),
+// 32 the shortest span the window's rate is counted over (ms: the limit's
+// burst at its rate, which hooklane may send at once).
 // Reply {result, notify ms, breaker change, since ms}: result "ok",
 // "superseded", or "again" (this run's outcome was committed before: the
 // reply it had, nothing written again).
@@ -136,7 +140,7 @@ type Committed struct {
 // that is not the subscriber's any more (deleted and created again while
 // its request was under way) is not parked into the new generation's lot:
 // it ends there, unsent again.
-var commitScript = script(`
+var commitScript = script(luaAdapt + `
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
   rec = KEYS[8], stats = KEYS[9], ledger = KEYS[10], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15],
   runs = KEYS[16]}
@@ -186,7 +190,7 @@ local function soon(at) if at >= 0 and (notify < 0 or at < notify) then notify =
 
 -- the breaker
 local change, since = 0, 0
-local g = redis.call('HMGET', k.gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt', 'a_f', 'a_at')
+local g = redis.call('HMGET', k.gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt')
 local same = g[1] and g[1] == d[5]
 if same and has('e') and tonumber(ARGV[11]) > 0 then
   redis.call('HSET', k.gate, 'b_err', ARGV[15], 'b_err_at', now)
@@ -226,17 +230,12 @@ elseif same and has('p') then
   redis.call('HDEL', k.gate, 'b_probe', 'b_pe') -- never sent: another may probe
   soon(now)
 end
--- the effective rate and the in-flight pace
-if same and has('t') then
-  local f, ok = 1, true
-  if g[8] then
-    local at = tonumber(g[9]) or now
-    if now - at < 1000 then ok = false else f = math.min(1, tonumber(g[8]) + tonumber(ARGV[18]) * (now - at)) end
-  end
-  if ok then
-    f = math.max(tonumber(ARGV[17]), f * tonumber(ARGV[16]))
-    redis.call('HSET', k.gate, 'a_f', string.format('%.4f', f), 'a_at', now, 'a_why', ARGV[19])
-  end
+-- the effective rate (adaptive.go) and the in-flight pace
+if same and (kind == 'delivered' or has('t')) then
+  local cool = 0
+  if has('t') then cool = tonumber(redis.call('GET', k.cool) or '0') end
+  adapt(k.gate, now, kind == 'delivered', has('t'), cool, {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]),
+    incr = tonumber(ARGV[18]), why = ARGV[19], win = tonumber(ARGV[30]), per_ms = tonumber(ARGV[31]), span = tonumber(ARGV[32])})
 end
 local lat = tonumber(ARGV[20])
 if same and lat > 0 then
@@ -443,8 +442,8 @@ func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 		k.Dead + o.EventID, k.DeadIndex, k.DeadBatch, k.DeadSample, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none"), k.Retry, k.Runs}
 	args := []any{o.EventID, o.Token, o.Kind, o.AttemptField, o.Attempt, o.LostField, o.Lost, o.Backoff.Milliseconds(), delivered,
 		string(fl), b.Failures, b.ProbeGap.Milliseconds(), b.MaxProbeGap.Milliseconds(), max(b.DisableAfter, 0).Milliseconds(), errText,
-		AdaptDecrease, adaptFloor, adaptIncreasePerMs, o.AdaptReason, o.Latency.Milliseconds(), o.Dedup.Milliseconds(),
+		AdaptMargin, adaptFloor, adaptIncreasePerMs, o.AdaptReason, o.Latency.Milliseconds(), o.Dedup.Milliseconds(),
 		string(counters), o.DeadEntry, o.TaskID, o.DeadRetention.Milliseconds(), o.ReportSample, unixMilli(o.DeadAt), ceilMilli(o.CoolUntil),
-		OutLease.Milliseconds()}
+		OutLease.Milliseconds(), AdaptWindow.Milliseconds(), perMs(o.Limit), burstSpan(o.Limit)}
 	return keys, args
 }

@@ -2,6 +2,8 @@ package limits_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -316,62 +318,150 @@ func TestCommitRunsTheBreaker(t *testing.T) {
 }
 
 // The effective rate's arithmetic, run by the real scripts with their
-// stored times moved back as time would: a 429 takes 5% off, at most once
-// a second; it never goes below a tenth of the limit; every minute without
-// one gives 2% of the limit back.
+// stored times moved back as time would (limit 10/s, burst 10): a 429
+// drops the rate to 90% of what the destination accepted over the last
+// 10 s (2xx a second, over a second at least: the burst's span at the
+// limit; the last cooldown's time left out), at most the rate it had, or
+// halves it when it accepted none; the answers of the same burst measure
+// again from the rate before it; never below a tenth of the limit; 2xx
+// give 1% of the limit a minute back for the time between them (a second
+// at most), and time alone gives nothing.
 func TestAdaptiveArithmetic(t *testing.T) {
 	b, ctx := setup(t), context.Background()
-	throttle := func(ev string) {
+	l := limits.Limit{Rate: 10, Burst: 10, Period: time.Second}
+	n := 0
+	var cool int64 // a cooldown to end then, written as the worker does before its commit
+	answer := func(o limits.Outcome) {
+		n++
+		ev := fmt.Sprintf("e%d", n)
+		o.Answered, o.Limit, o.AdaptReason = true, l, "429"
 		tok := b.taken(t, ev)
-		b.commit(t, ev, tok, limits.Outcome{Kind: limits.OutcomeFailed, Backoff: time.Second, Answered: true, Throttled: true, AdaptReason: "429"})
+		if cool > 0 {
+			b.rdb.Set(ctx, b.k.Cooldown, cool, time.Minute)
+		}
+		b.commit(t, ev, tok, o)
 	}
-	factor := func() float64 {
-		f, _ := strconv.ParseFloat(b.gate("a_f"), 64)
+	throttle := func() { answer(limits.Outcome{Kind: limits.OutcomeFailed, Backoff: time.Second, Throttled: true}) }
+	deliver := func() { answer(limits.Outcome{Kind: limits.OutcomeDelivered, DeliveredAt: time.Now()}) }
+	share := func() float64 {
+		f, err := strconv.ParseFloat(b.gate("a_f"), 64)
+		if err != nil {
+			return 1
+		}
 		return f
 	}
-	back := func(d time.Duration) { // the decrease happened d earlier
-		at, _ := strconv.ParseInt(b.gate("a_at"), 10, 64)
-		b.rdb.HSet(ctx, b.k.Record, "a_at", at-d.Milliseconds())
+	tol := 0.00002 // 1.2 s of climbing is 0.0002
+	near := func(what string, want float64) {
+		t.Helper()
+		if f := share(); math.Abs(f-want) > tol {
+			t.Fatalf("%s: a_f %v; want %.6f", what, f, want)
+		}
 	}
-	throttle("a")
-	if f := factor(); f != 0.95 || b.gate("a_why") != "429" {
-		t.Fatalf("after a 429: %v; want 0.95", f)
+	back := func(d time.Duration, fields ...string) { // the fields' times d earlier
+		for _, f := range fields {
+			at, _ := strconv.ParseInt(b.gate(f), 10, 64)
+			b.rdb.HSet(ctx, b.k.Record, f, at-d.Milliseconds())
+		}
 	}
-	throttle("b")
-	if f := factor(); f != 0.95 {
-		t.Fatalf("a second 429 within a second: %v; want it unchanged", f)
+
+	throttle()
+	near("a 429 with nothing accepted in the window", 0.5)
+	if b.gate("a_why") != "429" {
+		t.Fatalf("a_why %q; want the reason", b.gate("a_why"))
 	}
-	// A second later: what a second gave back (2% a minute), then 5% off.
-	back(time.Second)
-	throttle("c")
-	if f, want := factor(), (0.95+0.02/60)*0.95; f < want-0.0002 || f > want+0.0002 {
-		t.Fatalf("a 429 a second later: %v; want (0.95 + 0.02/60) × 0.95 = %.4f", f, want)
+	throttle()
+	near("a second 429 of the same burst", 0.5)
+
+	b.rdb.HDel(ctx, b.k.Record, "a_f", "a_at", "a_pre", "a_up", "a_why")
+	deliver()
+	deliver()
+	if b.gate("a_f") != "" || b.gate("a_n") != "2" {
+		t.Fatalf("2xx without a lesson: a_f %q, a_n %q; want no lesson, 2 counted", b.gate("a_f"), b.gate("a_n"))
 	}
-	// A minute later: 2% given back first, then 5% off.
-	prev := factor()
-	back(time.Minute)
-	throttle("d")
-	if f, want := factor(), (prev+0.02)*0.95; f < want-0.0002 || f > want+0.0002 {
-		t.Fatalf("a 429 a minute later: %v; want (%v + 0.02) × 0.95 = %.4f", f, prev, want)
+	throttle()
+	near("a 429 after 2 accepted (2/s of 10/s)", 0.9*0.2)
+	deliver() // the burst's third answer: 3 accepted
+	near("a 2xx of the same burst", 0.9*0.3)
+	throttle()
+	near("another 429 of the same burst", 0.9*0.3)
+
+	back(time.Second, "a_at")
+	back(time.Minute, "a_up")
+	deliver()
+	near("a 2xx a minute after the last", 0.27+0.01/60)
+	before := limits.ReadEffective(b.rdb.HGetAll(ctx, b.k.Record).Val(), l, 0, b.redisNow(t))
+	back(10*time.Minute, "a_up")
+	if e := limits.ReadEffective(b.rdb.HGetAll(ctx, b.k.Record).Val(), l, 0, b.redisNow(t)); e.Rate != before.Rate {
+		t.Fatalf("10 minutes without a 2xx: %v/s; want %v/s still", e.Rate, before.Rate)
 	}
-	b.rdb.HSet(ctx, b.k.Record, "a_f", "0.1")
-	back(time.Second)
-	throttle("e")
-	if f := factor(); f != 0.1 {
-		t.Fatalf("at the floor: %v; want 0.1", f)
+	deliver()
+	deliver()
+	// the first a second's worth (at most), the next what the few ms
+	// since the first earned
+	near("2 more 2xx", 0.27+0.01/60*2)
+	// 6 accepted in the window (0.6 of the limit): at most the rate it had.
+	throttle()
+	near("a 429 after 6 accepted, at 0.2703 of the limit", 0.9*(0.27+0.01/60*2))
+
+	// The window slides: 20 accepted in the 15 s before the current one
+	// (1.33 a second).
+	b.rdb.HDel(ctx, b.k.Record, "a_f", "a_at", "a_pre", "a_up", "a_why")
+	b.rdb.HSet(ctx, b.k.Record, "a_n", 20)
+	back(15*time.Second, "a_w")
+	deliver()
+	if p, _ := strconv.ParseFloat(b.gate("a_p"), 64); math.Abs(p-1.333) > 0.01 || b.gate("a_n") != "1" {
+		t.Fatalf("a new window: a_p %q, a_n %q; want 1.333 (20 in 15 s), 1", b.gate("a_p"), b.gate("a_n"))
 	}
-	now := b.redisNow(t)
-	l := limits.Limit{Rate: 100, Burst: 100, Period: time.Second}
-	if e := limits.ReadEffective(b.rdb.HGetAll(ctx, b.k.Record).Val(), l, 0, now); e.Rate < 9.9 || e.Rate > 10.1 {
-		t.Fatalf("effective rate at the floor: %v; want 10/s of 100", e.Rate)
+	throttle()
+	tol = 0.0005 // the ms since the window began take their share of 13.3 off
+	near("a 429 after 13.3 + 1 in the last 10 s", 0.9*1.4333/10)
+	tol = 0.00002
+
+	// A window older than twice its length says nothing: halved.
+	b.rdb.HSet(ctx, b.k.Record, "a_f", "0.8")
+	back(time.Second, "a_at")
+	back(25*time.Second, "a_w")
+	throttle()
+	near("a 429 with the window 25 s old", 0.4)
+	b.rdb.HSet(ctx, b.k.Record, "a_f", "0.15")
+	back(time.Second, "a_at")
+	throttle()
+	near("at the floor", 0.1)
+	if e := limits.ReadEffective(b.rdb.HGetAll(ctx, b.k.Record).Val(), l, 0, b.redisNow(t)); math.Abs(e.Rate-1) > 0.001 || e.Reason != "429" {
+		t.Fatalf("effective rate at the floor: %v/s (%q); want 1/s of 10, with the reason", e.Rate, e.Reason)
 	}
-	back(10 * time.Minute) // 20% given back
-	if e := limits.ReadEffective(b.rdb.HGetAll(ctx, b.k.Record).Val(), l, 0, now); e.Rate < 29.9 || e.Rate > 30.1 {
-		t.Fatalf("10 minutes later: %v; want 30/s (0.1 + 10 × 0.02)", e.Rate)
+
+	// A cooldown is no time to accept anything: 10 accepted in a window of
+	// 5 s, 3 of them cooling, is 5/s. A decrease keeps the end of the
+	// cooldown it ran into, and the time the one before took of the
+	// window.
+	now := b.redisNow(t).UnixMilli()
+	b.rdb.HSet(ctx, b.k.Record, "a_f", "1", "a_pre", "1", "a_at", now-4000, "a_cu", now-1000, "a_w", now-5000, "a_n", 10, "a_cw", 0)
+	b.rdb.HDel(ctx, b.k.Record, "a_p")
+	cool = now + 3000
+	throttle()
+	tol = 0.005 // the ms the calls take
+	near("a 429 after 10 accepted in 5 s, 3 s of them cooling", 0.9*0.5)
+	tol = 0.00002
+	if cu, cw := b.gate("a_cu"), b.gate("a_cw"); cu != strconv.FormatInt(now+3000, 10) || cw != "3000" {
+		t.Fatalf("a_cu %q, a_cw %q; want the cooldown's end %d, the 3000 ms of the one before", cu, cw, now+3000)
 	}
-	back(time.Hour) // all back: the lesson is forgotten by the next turn
-	b.turn(t)
-	if b.gate("a_f") != "" {
-		t.Fatalf("the limit reached: a_f %q still kept", b.gate("a_f"))
+	cool = 0
+	b.rdb.Del(ctx, b.k.Cooldown)
+	// 4 s later, that cooldown over: 10 accepted in 9 s, 6 of them cooling.
+	back(4*time.Second, "a_at", "a_cu", "a_w")
+	throttle()
+	tol = 0.005
+	near("a 429 after 10 accepted in 9 s, 6 s of them cooling", 0.9*(10.0/3)/10)
+	tol = 0.00002
+	if cw, _ := strconv.ParseFloat(b.gate("a_cw"), 64); cw < 5950 || cw > 6000 {
+		t.Fatalf("a_cw %v; want both cooldowns' 6000 ms (less the ms the calls took)", cw)
+	}
+
+	b.rdb.HSet(ctx, b.k.Record, "a_f", "0.9999")
+	back(time.Second, "a_at", "a_up")
+	deliver()
+	if b.gate("a_f") != "" || b.gate("a_at") != "" || b.gate("a_cu") != "" {
+		t.Fatalf("the limit reached: a_f %q, a_at %q still kept", b.gate("a_f"), b.gate("a_at"))
 	}
 }

@@ -91,7 +91,7 @@
 // Per subscriber, all in its slot {<subscriber id>} (tasks.Keys.Gates):
 //
 //	gate      hash: generation, config version, pause, breaker (b_*), effective
-//	          rate (a_*), observed latency (lt), the cooldown an operator last
+//	          rate and its 2xx window (a_*), observed latency (lt), the cooldown an operator last
 //	          ended (ce_at, ce_until), a resume no turn has seen yet (wk).
 //	          Until the subscriber is deleted.
 //	cooldown  Unix ms before which nothing is sent. Until its end + 1 min.

@@ -13,9 +13,9 @@ import (
 //   - now_ms(): Redis' clock in Unix ms, and TIME's reply.
 //   - gcra_now(t): that clock as redis_rate keeps it (seconds since
 //     2017-01-01), so that the GCRA here and redis_rate share a key.
-//   - effective(gate, f, now, rate, burst, period_ms, incr, ramp): the
+//   - effective(gate, f, now, rate, burst, period_ms, ramp): the
 //     subscriber's effective rate and burst per period (adaptive.go): the
-//     limit scaled by what the receiver taught (a_f), capped by its
+//     limit scaled by the rate the receiver taught (a_f), capped by its
 //     RateLimit-Policy (a_cap, while a_cap_until), and by the slow start
 //     after the breaker closed (b_ramp); lessons that have run out are
 //     deleted. f is the gate record's fields as gateFields reads them.
@@ -60,11 +60,9 @@ local function now_ms()
   return t[1] * 1000 + math.floor(t[2] / 1000), t
 end
 local function gcra_now(t) return (t[1] - 1483228800) + (t[2] / 1000000) end
-local function effective(gate, f, now, rate, burst, period, incr, ramp)
-  if f.a_f then
-    local x = tonumber(f.a_f) + incr * (now - (tonumber(f.a_at) or now))
-    if x >= 1 then redis.call('HDEL', gate, 'a_f', 'a_at', 'a_why') else rate, burst = rate * x, math.max(1, math.floor(burst * x)) end
-  end
+local function effective(gate, f, now, rate, burst, period, ramp)
+  local x = tonumber(f.a_f)
+  if x and x < 1 then rate, burst = rate * x, math.max(1, math.floor(burst * x)) end
   if f.a_cap then
     if f.a_cap_until and tonumber(f.a_cap_until) <= now then
       redis.call('HDEL', gate, 'a_cap', 'a_cap_at', 'a_cap_until')
@@ -85,11 +83,11 @@ local function capacity(mif, lt, maxwait, waiters)
 end
 local function gate_fields(gate)
   local v = redis.call('HMGET', gate, 'gen', 'cv', 'paused', 'b_open', 'b_next', 'b_probe', 'b_pe', 'b_fails', 'b_since', 'b_gap',
-    'b_ramp', 'a_f', 'a_at', 'a_cap', 'a_cap_until', 'lt', 'ce_at', 'ce_until', 'lg', 'wk')
+    'b_ramp', 'a_f', 'a_cap', 'a_cap_until', 'lt', 'ce_at', 'ce_until', 'lg', 'wk')
   return {gen = v[1] or nil, cv = v[2] or nil, paused = v[3] or nil, b_open = v[4] or nil, b_next = v[5] or nil,
     b_probe = v[6] or nil, b_pe = v[7] or nil, b_fails = v[8] or nil, b_since = v[9] or nil, b_gap = v[10] or nil,
-    b_ramp = v[11] or nil, a_f = v[12] or nil, a_at = v[13] or nil, a_cap = v[14] or nil, a_cap_until = v[15] or nil,
-    lt = v[16] or nil, ce_at = v[17] or nil, ce_until = v[18] or nil, lg = v[19] or nil, wk = v[20] or nil}
+    b_ramp = v[11] or nil, a_f = v[12] or nil, a_cap = v[13] or nil, a_cap_until = v[14] or nil,
+    lt = v[15] or nil, ce_at = v[16] or nil, ce_until = v[17] or nil, lg = v[18] or nil, wk = v[19] or nil}
 end
 local function woken(f, parked, now)
   if not f.ce_at or not parked or tonumber(f.ce_until) <= now or tonumber(parked) > tonumber(f.ce_at) then return nil end

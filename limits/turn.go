@@ -11,8 +11,8 @@ import (
 // fresh, 9 retry, 10 runs. ARGV: 1 record prefix (+ event id: the records, in the same
 // slot), 2 batch (the most hand-outs), 3 out lease ms, 4 fresh ttl ms, 5
 // probe hold ms, then Pace.args: 6 rate, 7 burst, 8 period ms, 9 max in
-// flight, 10 lead ms, 11 max wait ms, 12 fresh max, 13 adaptive increase
-// per ms, 14 ramp ms, 15 waiters.
+// flight, 10 lead ms, 11 max wait ms, 12 fresh max, 13 ramp ms, 14
+// waiters.
 // Reply {next, dropped, stale, ev, lane, why, ev, lane, why, …}: next is
 // when (Unix ms) the subscriber needs its next turn, -1 never (nothing
 // parked, handed out or running); dropped is how many parked deliveries
@@ -158,13 +158,13 @@ elseif cool > now then
 else
   local n_out = redis.call('ZCOUNT', k.out, now, '+inf')
   local n_in = redis.call('ZCARD', k.inflight)
-  local rate, burst = effective(k.gate, f, now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[13]), tonumber(ARGV[14]))
+  local rate, burst = effective(k.gate, f, now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[13]))
   local T = tonumber(ARGV[8]) / 1000 / rate
   local nows = gcra_now(t)
   local tat = math.max(tonumber(redis.call('GET', k.gcra) or '0'), nows)
   local lead = tonumber(ARGV[10]) / 1000
   local by_rate = math.floor((nows + lead - tat) / T + burst) - n_out
-  local by_slots = capacity(tonumber(ARGV[9]), f.lt, tonumber(ARGV[11]), tonumber(ARGV[15])) - n_out - n_in
+  local by_slots = capacity(tonumber(ARGV[9]), f.lt, tonumber(ARGV[11]), tonumber(ARGV[14])) - n_out - n_in
   -- A subscriber paced by its rate takes its turns in chunks (a quarter of
   -- the lead's slots, at least one): what was handed out before covers
   -- the rest of the lead meanwhile, and each turn's fixed cost is shared.

@@ -109,7 +109,8 @@ func (ns Keys) IndexKeyOf(filter string) string {
 // older reads it again, so a rotated-out secret stops signing at once),
 // "paused" (the pause reason; absent: not paused), "paused_at", the
 // circuit breaker's fields b_* (limits/breaker.go), the effective rate's
-// a_* (limits/adaptive.go), "lt" (the endpoint's observed latency, for
+// a_* and the window of recent 2xx it is learned from (limits/adaptive.go;
+// written by Commit), "lt" (the endpoint's observed latency, for
 // the in-flight pace), "wk" (a resume no turn has seen yet: the rescuer
 // gives the subscriber one) and "ce_at", "ce_until" (when an operator last ended
 // a running cooldown, and when that cooldown was to end:

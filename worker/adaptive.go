@@ -21,8 +21,10 @@ import (
 //   - a RateLimit-Policy below the configured limit caps the rate, for
 //     limits.PolicyLifetime after the last answer that carried it.
 //
-// A 429's decrease of the effective rate is committed with the outcome. A
-// healthy answer without such headers writes nothing.
+// The effective rate itself (a 429 drops it to what the destination
+// accepted, 2xx climb it back) is kept by the outcome's commit
+// (limits.Outcome.Throttled, Limit); learnRate writes nothing for a
+// healthy answer without such headers.
 func (h *handler) learnRate(ctx context.Context, r *run, sub *tasks.Subscriber, status int, hdr http.Header) {
 	ctx = context.WithoutCancel(ctx)
 	hint, _ := limits.ReadRateHint(hdr)

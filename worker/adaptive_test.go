@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -17,15 +18,17 @@ import (
 )
 
 // bucket is a receiver's own token bucket: it answers 429 with
-// Retry-After: 1 when dry, and can send RateLimit headers.
+// Retry-After (1 s unless retryAfter says) when dry, and can send
+// RateLimit headers.
 type bucket struct {
-	mu       sync.Mutex
-	rate     float64
-	burst    float64
-	tokens   float64
-	at       time.Time
-	throttle []time.Time
-	policy   string // RateLimit-Policy sent with every answer, if set
+	mu         sync.Mutex
+	rate       float64
+	burst      float64
+	tokens     float64
+	at         time.Time
+	throttle   []time.Time
+	policy     string // RateLimit-Policy sent with every answer, if set
+	retryAfter string
 }
 
 // window is a receiver with a fixed-window quota that tells, in the
@@ -75,7 +78,7 @@ func (b *bucket) respond(w http.ResponseWriter, _ int) {
 	}
 	if b.tokens < 1 {
 		b.throttle = append(b.throttle, now)
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", cmp.Or(b.retryAfter, "1"))
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
 	}
@@ -89,15 +92,21 @@ func (b *bucket) throttled() []time.Time {
 }
 
 // TestAdaptiveRateConvergesUnderAReceiversLimit: configured 40/s, the
-// receiver takes 37/s. Each 429 lowers the effective rate by 5%: 38/s,
-// then 36.1/s, under the receiver's; then the 429s stop, and status says
-// why the rate is lower. The receiver's rate is off the decrease's steps
-// on purpose: at 34/s (40 × 0.95³ = 34.3/s, 1% over) the third step's
-// slow overdraw drew a fourth 429 anywhere from 10 to 20 s later, which is
-// AIMD working, and made "they stop" a race with the end of the run.
+// receiver takes 30/s (a bucket of 3, Retry-After: 1). Its first 429s
+// come while its bucket drains, when what it accepted looks like more
+// than the rate sent: the rate drops by the margin, 10%; the next ones,
+// within 3 s, measure the receiver's 30/s (its cooldowns left out) and
+// drop the rate to 90% of it (29.3/s). After that a 429 is rare: the
+// receiver's bucket of 3 still catches a clump now and then, when the
+// machine is busy (3 runs of 10 here had one or two more, at 10-18 s, at
+// 26-29/s), each taking another 10% off: at most 8 in all, 1 in the last
+// 40% of the run. The effective rate ends under the
+// receiver's but not far (at least 75% of it: learnt, not halved over and
+// over; a window that counted the cooldowns ended at 14/s), and status
+// says why it is lower.
 func TestAdaptiveRateConvergesUnderAReceiversLimit(t *testing.T) {
 	// Not parallel: arrival rates.
-	const n, receiver = 500, 37.0
+	const n, receiver = 500, 30.0
 	b := procBundle(t) // a real worker process
 	rc := newBucket(receiver, 3)
 	s := testkit.NewSink(t, rc.respond)
@@ -110,24 +119,90 @@ func TestAdaptiveRateConvergesUnderAReceiversLimit(t *testing.T) {
 	end := time.Now()
 	th := rc.throttled()
 	late := 0
+	var at429 []string
 	for _, at := range th {
 		if at.After(start.Add(end.Sub(start) * 6 / 10)) {
 			late++
 		}
+		at429 = append(at429, fmt.Sprintf("%.1fs", at.Sub(start).Seconds()))
 	}
-	t.Logf("%d events in %.1fs (%.1f/s against the receiver's %g/s), %d 429s, %d in the last 40%% of the run",
-		n, end.Sub(start).Seconds(), float64(n)/end.Sub(start).Seconds(), receiver, len(th), late)
-	if len(th) > 8 || late > 0 {
-		t.Errorf("%d 429s, %d in the last 40%% of the run; want them to stop after a few", len(th), late)
+	t.Logf("%d events in %.1fs (%.1f/s against the receiver's %g/s), 429s at %v, %d in the last 40%% of the run",
+		n, end.Sub(start).Seconds(), float64(n)/end.Sub(start).Seconds(), receiver, at429, late)
+	if len(th) > 8 || late > 1 {
+		t.Errorf("%d 429s, %d in the last 40%% of the run; want at most 8, and 1 there", len(th), late)
 	}
 	rec, err := b.rdb.HGetAll(context.Background(), tasks.Keys(b.ns).Gate("s")).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	eff := limits.ReadEffective(rec, limits.Limit{Rate: 40, Burst: 3, Period: time.Second}, 0, time.Now())
-	if eff.Rate > receiver || eff.Reason == "" {
-		t.Errorf("effective rate %.2f/s (%q); want at most the receiver's %g/s, with the reason", eff.Rate, eff.Reason, receiver)
+	t.Logf("effective rate at the end %.2f/s (%s)", eff.Rate, eff.Reason)
+	if eff.Rate > receiver || eff.Rate < 0.75*receiver || eff.Reason == "" {
+		t.Errorf("effective rate %.2f/s (%q); want 75%% to 100%% of the receiver's %g/s, with the reason", eff.Rate, eff.Reason, receiver)
 	}
+}
+
+// TestAdaptiveRateLearnsAReceiverFiveTimesSlower is the demo's
+// demo-limited: configured 10/s (burst 10), the receiver takes 2/s (a
+// bucket of 2) and answers the rest 429 with Retry-After: 3, each of which
+// stops the destination for 3 s. The first burst's 429s drop the rate to
+// 90% of the 2/s it accepted, and 2xx climb it back slowly (0.1/s a
+// minute): at most 3 429s after the first 10 s, and at least 1.8/s
+// delivered over the minute after them (2/s is the most). No request goes
+// before a 429's Retry-After deadline, and none beyond the configured
+// limit.
+func TestAdaptiveRateLearnsAReceiverFiveTimesSlower(t *testing.T) {
+	// Not parallel: arrival rates.
+	const n = 200 // more than a minute and 10 s take at 2/s
+	b := procBundle(t)
+	rc := newBucket(2, 2)
+	rc.retryAfter = "3"
+	s := testkit.NewSink(t, rc.respond)
+	l := limits.Limit{Rate: 10, Burst: 10, Period: time.Second}
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: l, MaxAttempts: 50})
+	for i := range n {
+		b.publish(t, fmt.Sprintf("e%03d", i), "t")
+	}
+	testkit.Eventually(t, 30*time.Second, "the first request", func() bool { return s.Count() > 0 })
+	start := s.Got()[0].At
+	from, to := start.Add(10*time.Second), start.Add(70*time.Second)
+	testkit.Eventually(t, 90*time.Second, "a minute after the first 10 s", func() bool { return time.Now().After(to) })
+	got := s.Got()
+	late429, delivered := 0, 0
+	var at429 []string
+	for _, a := range got {
+		if !a.Accepted {
+			at429 = append(at429, fmt.Sprintf("%.1fs", a.At.Sub(start).Seconds()))
+		}
+		if a.At.Before(from) || !a.At.Before(to) {
+			continue
+		}
+		if a.Accepted {
+			delivered++
+		} else {
+			late429++
+		}
+	}
+	rate := float64(delivered) / to.Sub(from).Seconds()
+	eff := limits.ReadEffective(b.rdb.HGetAll(context.Background(), tasks.Keys(b.ns).Gate("s")).Val(), l, 0, time.Now())
+	t.Logf("%d requests, 429s at %v; from 10 s to 70 s: %d 429s, %d delivered (%.2f/s); effective rate now %.2f/s (%s)",
+		len(got), at429, late429, delivered, rate, eff.Rate, eff.Reason)
+	if late429 > 3 || rate < 1.8 {
+		t.Errorf("from 10 s to 70 s: %d 429s, %.2f/s delivered; want at most 3 429s and at least 1.8/s", late429, rate)
+	}
+	// Never before a deadline: after a 429 answered at T, nothing arrives
+	// before T + 3 s but what was already on its way (within 100 ms).
+	for i, a := range got {
+		if a.Accepted {
+			continue
+		}
+		for _, c := range got[i+1:] {
+			if d := c.At.Sub(a.At); d > 100*time.Millisecond && d < 3*time.Second {
+				t.Fatalf("request #%d %v after the 429 #%d with Retry-After: 3", c.N, d, a.N)
+			}
+		}
+	}
+	withinLimit(t, got, 10, 10, 50*time.Millisecond)
 }
 
 // rateLimitPolicyCapsTheRate: a receiver that announces 10/s in

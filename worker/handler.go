@@ -98,7 +98,7 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 	if err != nil {
 		return err
 	}
-	r.limit = sub.Limit.String()
+	r.limit = sub.Limit
 	if err := h.admit(ctx, r, &sub); err != nil {
 		return err
 	}

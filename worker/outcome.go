@@ -81,7 +81,7 @@ func (h *handler) outcomeOf(ctx context.Context, r *run, sub *tasks.Subscriber, 
 		o.att.NextAt = r.coolUntil
 		o.CoolUntil, o.CoolLost = r.coolUntil, r.coolLost
 		o.Kind, o.Answered, o.Throttled = limits.OutcomeThrottled, true, resp.status == http.StatusTooManyRequests
-		o.AdaptReason = "429 Too Many Requests at " + r.limit
+		o.AdaptReason = "429 Too Many Requests at " + r.limit.String()
 		o.msg = what
 		o.Counters["deferred:"+DeferredRetryAfter]++
 		h.log.Info("throttled by endpoint", "subscriber_id", r.sub, "status", resp.status, "retry_after", resp.retryAfter,
@@ -125,7 +125,7 @@ func (h *handler) failure(r *run, resp response) outcome {
 	if resp.status == http.StatusTooManyRequests {
 		// Throttled without a usable Retry-After: the backoff cools the
 		// whole destination too, and the rate comes down.
-		o.Throttled, o.AdaptReason = true, "429 Too Many Requests at "+r.limit
+		o.Throttled, o.AdaptReason = true, "429 Too Many Requests at "+r.limit.String()
 		if until, _, err := h.gates.Cooldown(context.Background(), r.keys, limits.RetryAfter{After: after}, h.cfg.MaxRetryAfter); err != nil {
 			h.log.Error("could not record cooldown", "subscriber_id", r.sub, "err", err)
 		} else {
@@ -176,7 +176,7 @@ func (h *handler) interruption(r *run, err error) outcome {
 // policy, the counters of the answer.
 func (h *handler) base(r *run, resp *response, state string) outcome {
 	o := outcome{Outcome: limits.Outcome{EventID: r.event, Token: r.token, Breaker: h.cfg.Breaker, Dedup: h.cfg.DedupWindow,
-		Probe: r.adm.Probe, Streak: r.adm.Streak, Counters: map[string]int64{}}}
+		Probe: r.adm.Probe, Streak: r.adm.Streak, Limit: r.limit, Counters: map[string]int64{}}}
 	if r.adm.TookOver {
 		// The request of a run whose worker died mid-request: it counted.
 		at := r.adm.Now.Add(-time.Millisecond)

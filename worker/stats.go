@@ -54,8 +54,8 @@ type run struct {
 	sub     string
 	event   string
 	keys    limits.GateKeys
-	token   string // names the run: its in-flight slot, the record's owner
-	limit   string // the subscriber's limit, as status shows why its rate is lower
+	token   string       // names the run: its in-flight slot, the record's owner
+	limit   limits.Limit // the subscriber's: the effective rate's unit, and why status shows it lower
 	adm     limits.Admission
 	// admittedAt is when Admit answered, in this process's monotonic
 	// clock: Redis' clock then was adm.Now (see redisNow).

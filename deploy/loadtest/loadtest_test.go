@@ -24,7 +24,7 @@ import (
 // them.
 func TestSmallRunKeepsInvariants(t *testing.T) {
 	if testing.Short() {
-		t.Skip("integration test; runs ~40s")
+		t.Skip("integration test; runs ~60s")
 	}
 	out := t.TempDir()
 	cfg := Config{
@@ -37,6 +37,7 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		Spike: &SpikeSpec{BaseRate: 4, Multipliers: []int{10}, Baseline: time.Second,
 			Hold: 3 * time.Second, CappedRate: 20},
 		Throughput: &ThroughputSpec{Subscribers: 3, Events: 100},
+		Limited:    &LimitedSpec{Events: 30, Rate: 10, Below: 5, RetryAfter: 3 * time.Second},
 		// Short backoff so the down CRM and the flaky endpoint settle in
 		// seconds; the limits and Retry-After handling are the real ones.
 		Worker:  worker.Config{BackoffBase: 200 * time.Millisecond, BackoffMax: 2 * time.Second},
@@ -52,8 +53,8 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		Slack: 50 * time.Millisecond,
 	}
 	rep := runLogged(t, 3*time.Minute, cfg)
-	if len(rep.Scenarios) != 3 {
-		t.Fatalf("%d scenario reports, want 3", len(rep.Scenarios))
+	if len(rep.Scenarios) != 4 {
+		t.Fatalf("%d scenario reports, want 4", len(rep.Scenarios))
 	}
 	for _, r := range rep.Scenarios {
 		// A limit violation excused by a stall, a stall across a
@@ -103,6 +104,9 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 	}
 	if tp := scenario(t, rep, ScenarioThroughput).Throughput; tp == nil || tp.Floor.Deliveries != 300 || tp.Hooklane.Deliveries != 300 {
 		t.Errorf("throughput %+v: want 300 deliveries on each path", tp)
+	}
+	if l := scenario(t, rep, ScenarioLimited).Subscribers; len(l) != 1 || l[0].ThrottledPerMin <= 0 {
+		t.Errorf("limited: %+v; want its 429s a minute reported", l)
 	}
 	for _, f := range []string{"report.json", "summary.txt"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {

@@ -171,6 +171,13 @@ type SubReport struct {
 	MinDrainS  float64          `json:"min_drain_s"` // backlog ÷ capacity (plus planned downtime)
 	RatePerSec []float64        `json:"rate_series"`
 	Backlog    []float64        `json:"backlog_series"`
+	// ThrottledPerMin is how many 429s that set a Retry-After deadline
+	// (Stats.Throttled) the endpoint answered a minute, from its first
+	// request to its last; SettledThrottledPerMin the same from 10 s after
+	// the first on, once the effective rate has had the time to learn the
+	// endpoint's. Both 0 for an endpoint that never throttles.
+	ThrottledPerMin        float64 `json:"throttled_per_min,omitempty"`
+	SettledThrottledPerMin float64 `json:"settled_throttled_per_min,omitempty"`
 }
 
 // LatencyCompare is a fast subscriber's latency with and without the bad
@@ -206,7 +213,15 @@ func (e *env) collect(ctx context.Context, r *ScenarioReport, queue string, subs
 			Lost: o.lost(), Duplicates: o.duplicates, Requests: len(o.requests), Stats: e.recv.Stats(s.ID),
 			Latency: latencyOf(o.latencies), Runs: runsOf(counters), DeadReasons: deadReasons(counters), Worker: outcomeCounters(counters)}
 		r.judge(sr, o.requests, e.stalls, e.cfg.Slack)
-		r.judgeEarly(sr, e.recv.Deadlines(s.ID), o.requests, e.stalls)
+		deadlines := e.recv.Deadlines(s.ID)
+		r.judgeEarly(sr, deadlines, o.requests, e.stalls)
+		if len(deadlines) > 0 {
+			throttled := make([]time.Time, len(deadlines))
+			for i, d := range deadlines { // a deadline is its 429's time + Retry-After (an HTTP-date's up to 1s later)
+				throttled[i] = d.Add(-s.Endpoint.withDefaults().RetryAfter)
+			}
+			sr.ThrottledPerMin, sr.SettledThrottledPerMin = throttlesPerMinute(throttled, o.requests, settleAfter)
+		}
 		for _, m := range idle(s, sr) {
 			r.invalid(true, "%s: %s", s.ID, m)
 		}

@@ -26,6 +26,7 @@ const (
 	ScenarioViral      = "viral"
 	ScenarioSpike      = "spike"
 	ScenarioThroughput = "throughput"
+	ScenarioLimited    = "limited"
 )
 
 // Config configures a run. Zero fields take the defaults named.
@@ -33,7 +34,8 @@ type Config struct {
 	// Out is the folder for report.json, summary.txt, the charts and the
 	// subprocesses' logs. Default ".hooklane/bench".
 	Out string
-	// Scenarios to run, in this order. Default viral, spike, throughput.
+	// Scenarios to run, in this order. Default viral, spike, throughput,
+	// limited.
 	Scenarios []string
 	// Scale multiplies event counts and the spike ladder's rates. Default 1.
 	Scale float64
@@ -85,10 +87,11 @@ type Config struct {
 	MaxLag time.Duration
 	// Timeout caps each scenario's wait for its queue to settle. Default 10m.
 	Timeout time.Duration
-	// Viral, Spike and Throughput override the scenarios' sizes.
+	// Viral, Spike, Throughput and Limited override the scenarios' sizes.
 	Viral      *ViralSpec
 	Spike      *SpikeSpec
 	Throughput *ThroughputSpec
+	Limited    *LimitedSpec
 	// ViralExtras adds a flaky and a gone subscriber to the viral burst.
 	ViralExtras bool
 	// Command is recorded in the report: how to repeat the run.
@@ -101,7 +104,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.Out = cmp.Or(c.Out, ".hooklane/bench")
 	if len(c.Scenarios) == 0 {
-		c.Scenarios = []string{ScenarioViral, ScenarioSpike, ScenarioThroughput}
+		c.Scenarios = []string{ScenarioViral, ScenarioSpike, ScenarioThroughput, ScenarioLimited}
 	}
 	c.Scale = cmp.Or(c.Scale, 1)
 	c.Hold = cmp.Or(c.Hold, 30*time.Second)
@@ -129,8 +132,8 @@ func (c Config) WithDefaults() Config {
 
 func (c Config) validate() error {
 	for _, s := range c.Scenarios {
-		if !slices.Contains([]string{ScenarioViral, ScenarioSpike, ScenarioThroughput}, s) {
-			return fmt.Errorf("loadtest: Scenarios: unknown scenario %q (want viral, spike, throughput)", s)
+		if !slices.Contains([]string{ScenarioViral, ScenarioSpike, ScenarioThroughput, ScenarioLimited}, s) {
+			return fmt.Errorf("loadtest: Scenarios: unknown scenario %q (want viral, spike, throughput, limited)", s)
 		}
 	}
 	switch {
@@ -226,6 +229,8 @@ func Run(ctx context.Context, cfg Config, summary io.Writer) (*Report, error) {
 			err = e.runSpike(ctx, r)
 		case ScenarioThroughput:
 			err = e.runThroughput(ctx, r)
+		case ScenarioLimited:
+			err = e.runLimited(ctx, r)
 		}
 		if err != nil {
 			return rep, fmt.Errorf("scenario %s: %w", name, err)

@@ -196,6 +196,9 @@ func adversaryText(s *SubReport) string {
 	if st.RetryAfterSent+st.Armed > 0 {
 		fmt.Fprintf(&b, "; %d 429s with Retry-After, %d deadlines armed (ban %s)", st.RetryAfterSent, st.Armed, st.BanFor)
 	}
+	if s.ThrottledPerMin > 0 {
+		fmt.Fprintf(&b, "; %.1f 429s a minute, %.1f after the first %s", s.ThrottledPerMin, s.SettledThrottledPerMin, settleAfter)
+	}
 	if st.Resets+st.Failed > 0 {
 		fmt.Fprintf(&b, "; endpoint reset %d, 5xx %d", st.Resets, st.Failed)
 	}

@@ -40,7 +40,8 @@ type Options struct {
 	// deleted. With a Redis configured it is an error: that Redis is not
 	// dev mode's to empty.
 	Fresh bool
-	// Events is the demo's burst. Default 30; negative: no demo.
+	// Events is the demo's burst. Default 120: demo-limited's share lasts
+	// the first minute at its receiver's 2/s. Negative: no demo.
 	Events int
 }
 
@@ -63,7 +64,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	o.DataDir = cmp.Or(o.DataDir, ".hooklane/dev")
 	o.RedisPort = cmp.Or(o.RedisPort, 6379)
-	o.Events = cmp.Or(o.Events, 30)
+	o.Events = cmp.Or(o.Events, 120)
 	log := o.Logger
 
 	rc, err := deploy.RedisFromEnv(o.Getenv)
@@ -176,7 +177,8 @@ func Run(ctx context.Context, o Options) error {
     metrics       curl -H 'Authorization: Bearer %[2]s' %[1]s/metrics
     Redis         %[5]s
   %[6]s
-  Within a minute: demo-fast delivered, demo-limited cooling on its Retry-After,
+  Within a minute: demo-fast delivered; demo-limited, registered at 10/s, sent
+  at its receiver's 2/s learnt from the first 429s (its rate in the lines below);
   demo-down's breaker open (subscribers status demo-down), its first events in
   the dead letters (console: demo-down; asynqmon: Archived tab), the rest held.
   Ctrl-C stops everything.
@@ -232,6 +234,9 @@ func progress(ctx context.Context, c *cli.Client, out io.Writer, every time.Dura
 				c.Delivered, c.Dead, c.Scheduled, c.Retrying, c.Cooling, c.Held)
 			if st.CoolingUntil != nil {
 				line += fmt.Sprintf(" (429: cooling %ds)", int(time.Until(*st.CoolingUntil).Seconds()+0.5))
+			}
+			if e := st.EffectiveRate; e.Reason != "" {
+				line += fmt.Sprintf(" (sent at %.2f/%s: %s)", e.Rate, e.Period, e.Reason)
 			}
 			if st.Breaker.State != "closed" {
 				line += " (breaker " + st.Breaker.State + ")"
