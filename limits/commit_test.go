@@ -413,7 +413,12 @@ func TestAdaptiveArithmetic(t *testing.T) {
 		t.Fatalf("a new window: a_p %q, a_n %q; want 1.333 (20 in 15 s), 1", b.gate("a_p"), b.gate("a_n"))
 	}
 	throttle()
-	tol = 0.0005 // the ms since the window began take their share of 13.3 off
+	// The ms since the window began take their share of 13.3 off: 0.0005
+	// is ~40 ms between the two scripts, which a loaded machine (the light
+	// packages of make test side by side) overran (0.12845 for 0.128997);
+	// 0.003 is ~250 ms, still far from any other rule's answer (halved:
+	// 0.5 of the rate before; 5% off: 0.95 of it).
+	tol = 0.003
 	near("a 429 after 13.3 + 1 in the last 10 s", 0.9*1.4333/10)
 	tol = 0.00002
 

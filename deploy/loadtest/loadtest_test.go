@@ -37,7 +37,10 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		Spike: &SpikeSpec{BaseRate: 4, Multipliers: []int{10}, Baseline: time.Second,
 			Hold: 3 * time.Second, CappedRate: 20},
 		Throughput: &ThroughputSpec{Subscribers: 3, Events: 100},
-		Limited:    &LimitedSpec{Events: 30, Rate: 10, Below: 5, RetryAfter: 3 * time.Second},
+		// 12 events at the endpoint's 2/s: its first 429s and the rate
+		// learnt (the minute of it is the worker's
+		// TestAdaptiveRateLearnsAReceiverFiveTimesSlower).
+		Limited: &LimitedSpec{Events: 12, Rate: 10, Below: 5, RetryAfter: 3 * time.Second},
 		// Short backoff so the down CRM and the flaky endpoint settle in
 		// seconds; the limits and Retry-After handling are the real ones.
 		Worker:  worker.Config{BackoffBase: 200 * time.Millisecond, BackoffMax: 2 * time.Second},
