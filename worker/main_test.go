@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -130,6 +131,12 @@ func startWorker(t testing.TB, rdb redis.UniversalClient, ns string, cfg worker.
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	// The tests' idle poll is 100 ms, as the processes' is 50 ms (crashEnv):
+	// what they measure is hooklane, not an idle worker's 500 ms default
+	// (up to half a second before each phase of a test starts), which
+	// TestIdleWorkerSendsAtMost20CommandsASecond measures with the
+	// defaults.
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 100*time.Millisecond)
 	w, err := worker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
