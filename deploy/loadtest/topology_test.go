@@ -130,9 +130,11 @@ func TestClusterRunSumsEveryMaster(t *testing.T) {
 				p.name, cmds, rts, cpu, p.c.CommandsPerDelivery, p.c.RoundTripsPerDelivery, p.c.CPUUsecPerDelivery)
 		}
 		// A delivery costs at least asynq's dequeue and completion (the
-		// floor's 14 commands; hooklane's share round trips, so they are
-		// counted by command), whichever master has its queue.
-		if p.c.CommandsPerDelivery < 14 {
+		// floor's 14 commands, 13.96 once an idle worker polls less;
+		// hooklane's share round trips, so they are counted by command),
+		// whichever master has its queue: 12 leaves room for fewer polls,
+		// a master's counters missing would take a third off.
+		if p.c.CommandsPerDelivery < 12 {
 			t.Errorf("%s: %.2f commands per delivery: a master's counters are missing", p.name, p.c.CommandsPerDelivery)
 		}
 		if p.name == "hooklane" && busy < 2 {
