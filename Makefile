@@ -96,13 +96,13 @@ $(LINTERS):
 		@stoplight/spectral-cli@$(SPECTRAL_VERSION) @redocly/cli@$(REDOCLY_VERSION)
 	touch $@
 
-bench: redis-server build ## load harness (deploy/BENCHMARKS.md), ~5 min; scale with BENCH_FLAGS='-scale 2 -hold 60s'
+bench: redis-server build ## load harness (deploy/BENCHMARKS.md), ~8 min (6.5 before the limited scenario); scale with BENCH_FLAGS='-scale 2 -hold 60s'
 	.hooklane/bin/hooklane bench -out .hooklane/bench $(BENCH_FLAGS)
 
 bench-deferral: redis-server ## deferral benchmark: 5,000 events to one subscriber at 100/s
 	$(GO) test -run '^$$' -bench ThrottledBacklog -benchtime 1x ./worker/
 
-chaos: redis-server ## the chaos run (issue 32): 3 workers, 40 subscribers, 20,000 events, kill -9 every 5-15 s and a Redis restart during 3 min, then the drain (~7 min); report in .hooklane/chaos/
+chaos: redis-server ## the chaos run (issue 32): 3 workers, 40 subscribers, 20,000 events, kill -9 every 5-15 s and a Redis restart during 3 min, then the drain (4-5 min here); report in .hooklane/chaos/
 	@# TestChaos at its full size, under the race detector as in make test
 	@# (its short size is part of make test). The report is printed and
 	@# kept in .hooklane/chaos/summary-full.txt; deploy/BENCHMARKS.md keeps
