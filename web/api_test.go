@@ -30,7 +30,7 @@ func TestSubscriberEndpoints(t *testing.T) {
 	if len(created.Secrets) != 1 || tasks.ValidateSecret(created.Secrets[0]) != nil {
 		t.Fatalf("create did not return the generated secret: %s", r.body)
 	}
-	if created.RateLimit["period"] != "1s" || created.RateLimit["rate"] != 5.0 {
+	if created.RateLimit["period"] != "PT1S" || created.RateLimit["rate"] != 5.0 {
 		t.Fatalf("rate_limit %v", created.RateLimit)
 	}
 

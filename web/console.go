@@ -248,7 +248,7 @@ func durationWords(v any) string {
 	case time.Duration:
 		return tasks.DurationWords(d)
 	case string:
-		if p, err := time.ParseDuration(d); err == nil {
+		if p, err := parseDuration(d); err == nil {
 			return tasks.DurationWords(p)
 		}
 		return d
@@ -259,7 +259,7 @@ func durationWords(v any) string {
 // perPeriod is what follows "10 per" for a rate's period: "second",
 // "minute", "hour", "day", or "10 seconds".
 func perPeriod(period string) string {
-	p, err := time.ParseDuration(period)
+	p, err := parseDuration(period)
 	switch {
 	case err != nil:
 		return period

@@ -99,7 +99,7 @@ func TestConsoleCreatesEditsAndDeletesASubscriber(t *testing.T) {
 	const edit = "/console/subscribers/made/edit"
 	b.call(t, "POST", "/v1/subscribers/made/pause", nil)
 	form := b.consoleGet(t, edit).body
-	for _, v := range []string{`value="http://127.0.0.1:9/hook"`, `value="order.*, invoice.paid"`, `value="2h0m0s"`, `name="metrics" checked`} {
+	for _, v := range []string{`value="http://127.0.0.1:9/hook"`, `value="order.*, invoice.paid"`, `value="PT2H"`, `name="metrics" checked`} {
 		if !strings.Contains(form, v) {
 			t.Errorf("the edit form does not show %s", v)
 		}

@@ -46,9 +46,19 @@ func TestDurationsAreWords(t *testing.T) {
 		t.Errorf("the rotation page: %d, does not say \"for 24 hours\":\n%s", rotated.status, body)
 	}
 
-	// The API's JSON is as it was: Go durations.
+	// The API's JSON answers ISO 8601, and reads it or a Go duration.
 	sub := b.call(t, "GET", "/v1/subscribers/s", nil).json(t)
-	if sub["retry_horizon"] != "36h0m0s" || sub["rate_limit"].(map[string]any)["period"] != "1s" {
-		t.Errorf("GET /v1/subscribers/s: retry_horizon %v, rate_limit %v; want 36h0m0s and period 1s", sub["retry_horizon"], sub["rate_limit"])
+	if sub["retry_horizon"] != "PT36H" || sub["rate_limit"].(map[string]any)["period"] != "PT1S" {
+		t.Errorf("GET /v1/subscribers/s: retry_horizon %v, rate_limit %v; want PT36H and period PT1S", sub["retry_horizon"], sub["rate_limit"])
+	}
+	r := b.call(t, "PUT", "/v1/subscribers/iso", map[string]any{"url": "https://a.test/h", "retry_horizon": "P7D",
+		"rate_limit": map[string]any{"rate": 5, "burst": 5, "period": "PT0.5S"}})
+	if got := r.json(t); r.status != 201 || got["retry_horizon"] != "PT168H" || got["rate_limit"].(map[string]any)["period"] != "PT0.5S" {
+		t.Errorf("PUT with P7D and PT0.5S: %d %v; want 201, PT168H and PT0.5S", r.status, got)
+	}
+	for _, bad := range []string{"P", "PT", "P1M", "P1Y", "PT1.5H", "pt1s"} {
+		if r := b.callRaw(t, "PUT", "/v1/subscribers/iso", map[string]any{"url": "https://a.test/h", "retry_horizon": bad}, bearer); r.status != 422 {
+			t.Errorf("retry_horizon %q: %d %s; want 422", bad, r.status, r.body)
+		}
 	}
 }

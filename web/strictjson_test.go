@@ -64,7 +64,7 @@ func TestLeftOutMeansDefault(t *testing.T) {
 	var sub web.Subscriber
 	r := b.call(t, "PUT", "/v1/subscribers/a", `{"url":"https://a.test/h","rate_limit":{"rate":5,"burst":7}}`)
 	if err := json.Unmarshal(r.body, &sub); r.status != 201 || err != nil ||
-		sub.RateLimit != (web.RateLimit{Rate: 5, Burst: 7, Period: "1s"}) || sub.MaxInFlight != tasks.DefaultMaxInFlight {
+		sub.RateLimit != (web.RateLimit{Rate: 5, Burst: 7, Period: "PT1S"}) || sub.MaxInFlight != tasks.DefaultMaxInFlight {
 		t.Fatalf("a rate_limit without period: %d %s; want 5 per 1s, burst 7, max_in_flight %d", r.status, r.body, tasks.DefaultMaxInFlight)
 	}
 	r = b.callRaw(t, "PUT", "/v1/subscribers/a", `{"url":"https://a.test/h","max_in_flight":0}`, bearer)

@@ -84,7 +84,7 @@ type Subscriber struct {
 func view(s tasks.Subscriber) Subscriber {
 	v := Subscriber{
 		ID: s.ID, URL: s.URL, EventTypes: s.EventTypes, MaxInFlight: s.MaxInFlight,
-		RateLimit: RateLimit{s.Limit.Rate, s.Limit.Burst, s.Limit.Period.String()},
+		RateLimit: RateLimit{s.Limit.Rate, s.Limit.Burst, isoDuration(s.Limit.Period)},
 		Paused:    s.Paused, PauseReason: s.PauseReason, Region: s.Region, MaxAttempts: s.MaxAttempts,
 		Metrics: s.Metrics,
 	}
@@ -96,7 +96,7 @@ func view(s tasks.Subscriber) Subscriber {
 		v.EventTypes = []string{} // all types: [] reads better than null
 	}
 	if s.RetryHorizon != 0 {
-		v.RetryHorizon = time.Duration(s.RetryHorizon).String()
+		v.RetryHorizon = isoDuration(time.Duration(s.RetryHorizon))
 	}
 	now := time.Now()
 	for _, r := range s.Retiring {
@@ -125,9 +125,9 @@ func (r *SubscriberRequest) toTask(id string) (tasks.Subscriber, error) {
 		s.MaxInFlight = *r.MaxInFlight
 	}
 	if r.RateLimit != nil {
-		p, err := time.ParseDuration(cmp.Or(r.RateLimit.Period, DefaultPeriod))
+		p, err := parseDuration(cmp.Or(r.RateLimit.Period, DefaultPeriod))
 		if err != nil {
-			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "rate_limit.period", "want a duration such as 1s or 1m, got %s", quoted(r.RateLimit.Period))
+			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "rate_limit.period", "want a duration such as PT1S or 1s, PT1M or 1m, got %s", quoted(r.RateLimit.Period))
 		}
 		s.Limit = limits.Limit{Rate: r.RateLimit.Rate, Burst: r.RateLimit.Burst, Period: p}
 		if s.Limit.IsZero() {
@@ -135,9 +135,9 @@ func (r *SubscriberRequest) toTask(id string) (tasks.Subscriber, error) {
 		}
 	}
 	if r.RetryHorizon != "" {
-		d, err := time.ParseDuration(r.RetryHorizon)
+		d, err := parseDuration(r.RetryHorizon)
 		if err != nil {
-			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want a duration such as 90m or 24h, got %s", quoted(r.RetryHorizon))
+			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want a duration such as PT24H or 24h, P7D or 168h, got %s", quoted(r.RetryHorizon))
 		}
 		if d < time.Second {
 			return s, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want 1s up to 720h (a delivery still failing past it is dead-lettered)")
@@ -309,9 +309,9 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	}
 	grace := DefaultGrace
 	if req.Grace != "" {
-		d, err := time.ParseDuration(req.Grace)
+		d, err := parseDuration(req.Grace)
 		if err != nil {
-			return apiErr(http.StatusUnprocessableEntity, "invalid", "grace", "want a duration such as 24h, or 0s to stop the old secrets now, got %s", quoted(req.Grace))
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "grace", "want a duration such as PT24H or 24h, or PT0S (0s) to stop the old secrets now, got %s", quoted(req.Grace))
 		}
 		grace = d
 	}

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
@@ -236,7 +237,7 @@ func progress(ctx context.Context, c *cli.Client, out io.Writer, every time.Dura
 				line += fmt.Sprintf(" (429: cooling %ds)", int(time.Until(*st.CoolingUntil).Seconds()+0.5))
 			}
 			if e := st.EffectiveRate; e.Reason != "" {
-				line += fmt.Sprintf(" (sent at %.2f/%s: %s)", e.Rate, e.Period, e.Reason)
+				line += fmt.Sprintf(" (sent at %.2f/%s: %s)", e.Rate, strings.ToLower(strings.TrimPrefix(e.Period, "PT")), e.Reason)
 			}
 			if st.Breaker.State != "closed" {
 				line += " (breaker " + st.Breaker.State + ")"
