@@ -66,9 +66,11 @@ func burstSpan(l Limit) int64 {
 }
 
 // luaAdapt is the Lua of the first lesson, for Commit's script:
-// adapt(gate, now, delivered, throttled, cool, p) keeps the effective rate
+// adapt(gate, v, now, delivered, throttled, cool, p) keeps the effective rate
 // for one answer of the subscriber's current generation: delivered a 2xx,
 // throttled a 429, cool the destination's cooldown end (Unix ms, 0 none);
+// v holds the gate's fields adaptFields names, as the script read them with
+// its others (no read of its own: one per delivered answer saved);
 // p holds margin, floor, incr (share of the limit a ms of 2xx gives back),
 // why (the reason status shows), win (the window, ms), per_ms (the limit
 // in requests a ms; 0 unknown: a 429 halves) and span (the shortest span
@@ -79,8 +81,9 @@ func burstSpan(l Limit) int64 {
 // by its cooldown's share of the window too (a test at 30/s of 40 ended at
 // 14/s so).
 const luaAdapt = `
-local function adapt(gate, now, delivered, throttled, cool, p)
-  local v = redis.call('HMGET', gate, 'a_f', 'a_at', 'a_pre', 'a_up', 'a_cu', 'a_w', 'a_n', 'a_p', 'a_cw')
+-- adaptFields: the gate fields adapt reads, in its v's order
+local adaptFields = {'a_f', 'a_at', 'a_pre', 'a_up', 'a_cu', 'a_w', 'a_n', 'a_p', 'a_cw'}
+local function adapt(gate, v, now, delivered, throttled, cool, p)
   local f, at, pre, up, cu = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4]), tonumber(v[5])
   local w, n, prev, cw = tonumber(v[6]), tonumber(v[7]) or 0, tonumber(v[8]), tonumber(v[9]) or 0
   -- the ms of the window [w, now] its cooldowns took: those of earlier

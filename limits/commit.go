@@ -190,7 +190,8 @@ local function soon(at) if at >= 0 and (notify < 0 or at < notify) then notify =
 
 -- the breaker
 local change, since = 0, 0
-local g = redis.call('HMGET', k.gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt')
+-- the breaker's fields, then the effective rate's (adaptFields, from g[8])
+local g = redis.call('HMGET', k.gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt', unpack(adaptFields))
 local same = g[1] and g[1] == d[5]
 if same and has('e') and tonumber(ARGV[11]) > 0 then
   redis.call('HSET', k.gate, 'b_err', ARGV[15], 'b_err_at', now)
@@ -234,7 +235,7 @@ end
 if same and (kind == 'delivered' or has('t')) then
   local cool = 0
   if has('t') then cool = tonumber(redis.call('GET', k.cool) or '0') end
-  adapt(k.gate, now, kind == 'delivered', has('t'), cool, {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]),
+  adapt(k.gate, {unpack(g, 8, 7 + #adaptFields)}, now, kind == 'delivered', has('t'), cool, {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]),
     incr = tonumber(ARGV[18]), why = ARGV[19], win = tonumber(ARGV[30]), per_ms = tonumber(ARGV[31]), span = tonumber(ARGV[32])})
 end
 local lat = tonumber(ARGV[20])
