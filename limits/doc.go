@@ -79,7 +79,9 @@
 // Each delivery has one record (tasks.Keys.Delivery) that says where it is
 // and everything about it: generation, type, times, horizon, attempt
 // budget, state, attempts, and which run owns it. A task in asynq carries
-// only the record's name (tasks.Delivery). Every script that moves a
+// only the record's name (tasks.Delivery), or several of one subscriber's
+// (a batch, worker/batch.go: each of them admitted and committed on its
+// own). Every script that moves a
 // delivery checks the record first and moves it only from where it is:
 // Admit takes it only if no live run owns it, Commit applies an outcome
 // only for the run that owns it, once (a script sent again by a retry

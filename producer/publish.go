@@ -416,6 +416,41 @@ func (p *Producer) handOut(ctx context.Context, s tasks.Subscriber, eventID, lan
 	q := p.keys.DeliveryQueue(s.Region, s.ID, lane, shards)
 	id := tasks.TaskID(s.ID, eventID)
 	task := tasks.NewDeliverTask(s.ID, eventID, asynq.TaskID(id), asynq.Queue(q), asynq.MaxRetry(tasks.AsynqMaxRetry(cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts))))
+	return p.enqueueOnce(ctx, s, q, id, task, wait)
+}
+
+// HandOutBatch enqueues one task for subscriber s's deliveries of events
+// eventIDs (a turn's hand-outs, 2 to tasks.MaxBatch) in lane, as HandOut
+// does for one: its id (tasks.BatchTaskID) makes a hand-out sent twice one
+// task.
+func (p *Producer) HandOutBatch(ctx context.Context, s tasks.Subscriber, eventIDs []string, lane string, shards int) (bool, error) {
+	q := p.keys.DeliveryQueue(s.Region, s.ID, lane, shards)
+	id := tasks.BatchTaskID(s.ID, eventIDs)
+	task := tasks.NewBatchTask(s.ID, eventIDs, asynq.TaskID(id), asynq.Queue(q), asynq.MaxRetry(tasks.BatchMaxRetry))
+	h, err := p.enqueueOnce(ctx, s, q, id, task, true)
+	return h == handedNew, err
+}
+
+// DeadCopy enqueues, in queue, the single-delivery task of subscriber
+// s's delivery of event eventID that died in a batch: its run finds the
+// delivery dead and has asynq archive it, so that asynq's archive (what
+// asynqmon lists) holds one task per dead delivery, under its own id, and
+// asynqmon's Run replays that delivery alone (worker/replayrun.go). A task
+// of the id already there (enqueued before, by a run whose worker died
+// before answering asynq; or archived) is the copy: nothing is enqueued.
+func (p *Producer) DeadCopy(ctx context.Context, s tasks.Subscriber, eventID, queue string) error {
+	id := tasks.TaskID(s.ID, eventID)
+	task := tasks.NewDeliverTask(s.ID, eventID, asynq.TaskID(id), asynq.Queue(queue), asynq.MaxRetry(tasks.AsynqMaxRetry(cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts))))
+	_, err := p.client.EnqueueContext(ctx, task)
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) && !errors.Is(err, asynq.ErrDuplicateTask) {
+		return fmt.Errorf("%w: the dead delivery %s's task for asynq's archive: %v", ErrRedisUnavailable, id, err)
+	}
+	return nil
+}
+
+// enqueueOnce enqueues task (id, in queue q), or finds it there (see
+// HandOut).
+func (p *Producer) enqueueOnce(ctx context.Context, s tasks.Subscriber, q, id string, task *asynq.Task, wait bool) (handed, error) {
 	for try := 0; ; try++ {
 		_, err := p.client.EnqueueContext(ctx, task)
 		if err == nil {

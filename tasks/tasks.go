@@ -183,7 +183,10 @@ var ErrNewerTask = errors.New("task of a newer release")
 type Delivery struct {
 	V            int    `json:"v"`
 	SubscriberID string `json:"subscriber_id"`
-	EventID      string `json:"event_id"`
+	EventID      string `json:"event_id,omitempty"`
+	// EventIDs are a batch's deliveries (BatchVersion): several of one
+	// subscriber's, run by one task (batch.go).
+	EventIDs []string `json:"event_ids,omitempty"`
 }
 
 // LegacyDelivery is a version-2 payload (the release before this one). It
@@ -226,7 +229,7 @@ func NewDeliverTask(sub, eventID string, opts ...asynq.Option) *asynq.Task {
 func DecodeTask(b []byte) (d Delivery, legacy *LegacyDelivery, err error) {
 	// This release's tasks are read once; anything else (another version,
 	// or a payload this shape cannot read) is looked at by its version.
-	if err := json.Unmarshal(b, &d); err == nil && d.V == TaskVersion {
+	if err := json.Unmarshal(b, &d); err == nil && (d.V == TaskVersion || d.V == BatchVersion) {
 		return d, nil, validDelivery(d)
 	}
 	d = Delivery{}
@@ -237,9 +240,9 @@ func DecodeTask(b []byte) (d Delivery, legacy *LegacyDelivery, err error) {
 		return d, nil, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
 	}
 	switch {
-	case head.V > TaskVersion:
-		return d, nil, fmt.Errorf("%w: payload version %d, this worker knows up to %d", ErrNewerTask, head.V, TaskVersion)
-	case head.V == TaskVersion:
+	case head.V > BatchVersion:
+		return d, nil, fmt.Errorf("%w: payload version %d, this worker knows up to %d", ErrNewerTask, head.V, BatchVersion)
+	case head.V == TaskVersion || head.V == BatchVersion:
 		if err := json.Unmarshal(b, &d); err != nil {
 			return d, nil, fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
 		}
@@ -265,8 +268,19 @@ func validDelivery(d Delivery) error {
 	if err := ValidateStoredSubscriberID(d.SubscriberID); err != nil {
 		return fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
 	}
-	if err := validStoredEventID(d.EventID); err != nil {
-		return fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+	if d.V != BatchVersion {
+		if err := validStoredEventID(d.EventID); err != nil {
+			return fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+		}
+		return nil
+	}
+	if d.EventID != "" || len(d.EventIDs) == 0 || len(d.EventIDs) > MaxBatch {
+		return fmt.Errorf("undecodable payload: a batch names 1-%d event ids in event_ids, and no event_id: %w", MaxBatch, asynq.SkipRetry)
+	}
+	for _, ev := range d.EventIDs {
+		if err := validStoredEventID(ev); err != nil {
+			return fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package tasks_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,9 +80,13 @@ func TestDecodeTask(t *testing.T) {
 		{`{"v":3,"subscriber_id":"a:b","event_id":"e"}`, asynq.SkipRetry},
 		{`{"v":3,"subscriber_id":"a","event_id":""}`, asynq.SkipRetry},
 		{`{"subscriber_id":"a","event":{"id":"e","type":"t","data":1}}`, asynq.SkipRetry}, // layout 1
-		{`{"v":4,"subscriber_id":"a","event_id":"e"}`, tasks.ErrNewerTask},
+		{`{"v":4,"subscriber_id":"a","event_id":"e"}`, asynq.SkipRetry},                   // a batch names event_ids
+		{`{"v":4,"subscriber_id":"a","event_ids":[]}`, asynq.SkipRetry},                   // and at least one
+		{`{"v":4,"subscriber_id":"a","event_ids":["e","x y"]}`, asynq.SkipRetry},          // each an event id
+		{`{"v":4,"subscriber_id":"a","event_id":"e","event_ids":["e"]}`, asynq.SkipRetry}, // not both
+		{`{"v":5,"subscriber_id":"a","event_id":"e"}`, tasks.ErrNewerTask},
 		{`{"v":99}`, tasks.ErrNewerTask},
-		{`{"v":4,"subscriber_id":{"tenant":"a"},"event_id":["e"]}`, tasks.ErrNewerTask}, // a shape this release cannot read
+		{`{"v":5,"subscriber_id":{"tenant":"a"},"event_id":["e"]}`, tasks.ErrNewerTask}, // a shape this release cannot read
 	} {
 		if _, _, err := tasks.DecodeTask([]byte(c.payload)); !errors.Is(err, c.want) {
 			t.Errorf("%s: err %v, want it to wrap %v", c.payload, err, c.want)
@@ -89,8 +94,17 @@ func TestDecodeTask(t *testing.T) {
 	}
 	task := tasks.NewDeliverTask("s", "e1")
 	d, legacy, err := tasks.DecodeTask(task.Payload())
-	if err != nil || legacy != nil || d != (tasks.Delivery{V: tasks.TaskVersion, SubscriberID: "s", EventID: "e1"}) {
+	if err != nil || legacy != nil || d.V != tasks.TaskVersion || d.SubscriberID != "s" || d.EventID != "e1" || d.EventIDs != nil {
 		t.Fatalf("DecodeTask(%s) = %+v, %v, %v", task.Payload(), d, legacy, err)
+	}
+	batch := tasks.NewBatchTask("s", []string{"e1", "e2"})
+	d, legacy, err = tasks.DecodeTask(batch.Payload())
+	if err != nil || legacy != nil || d.V != tasks.BatchVersion || d.SubscriberID != "s" || d.EventID != "" ||
+		strings.Join(d.EventIDs, ",") != "e1,e2" {
+		t.Fatalf("DecodeTask(%s) = %+v, %v, %v", batch.Payload(), d, legacy, err)
+	}
+	if id := tasks.BatchTaskID("s", d.EventIDs); id != "s:e1+2" {
+		t.Fatalf("BatchTaskID = %q; want s:e1+2 (never a single delivery's TaskID: no event id holds a +)", id)
 	}
 	v2 := `{"v":2,"subscriber_id":"s","gen":"g1","max_attempts":5,"event":{"id":"e2","type":"t","timestamp":"2026-12-01T09:00:00Z","data":null},` +
 		`"payload_ref":true,"enqueued_at":"2026-12-01T09:00:00Z","expires_at":"2026-12-02T09:00:00Z"}`
@@ -104,7 +118,8 @@ func TestDecodeTask(t *testing.T) {
 func FuzzDecodeTask(f *testing.F) {
 	f.Add(tasks.NewDeliverTask("s", "e").Payload())
 	f.Add([]byte(`{"v":2,"subscriber_id":"s","gen":"g","max_attempts":1,"event":{"id":"e"}}`))
-	f.Add([]byte(`{"v":4}`))
+	f.Add([]byte(`{"v":5}`))
+	f.Add(tasks.NewBatchTask("s", []string{"e1", "e2"}).Payload())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, _, err := tasks.DecodeTask(b)
 		if err != nil {
@@ -115,8 +130,17 @@ func FuzzDecodeTask(f *testing.F) {
 		}
 		// What decodes names a delivery record: a stored event id is a new
 		// one, or "." or "..", accepted before they were refused.
-		if tasks.ValidateStoredSubscriberID(d.SubscriberID) != nil || (d.EventID != "." && d.EventID != ".." && tasks.ValidateEventID(d.EventID) != nil) {
+		ids := []string{d.EventID}
+		if d.V == tasks.BatchVersion {
+			ids = d.EventIDs
+		}
+		if tasks.ValidateStoredSubscriberID(d.SubscriberID) != nil || len(ids) == 0 || len(ids) > tasks.MaxBatch {
 			t.Fatalf("accepted invalid delivery %+v", d)
+		}
+		for _, id := range ids {
+			if id != "." && id != ".." && tasks.ValidateEventID(id) != nil {
+				t.Fatalf("accepted invalid delivery %+v", d)
+			}
 		}
 	})
 }

@@ -55,6 +55,11 @@ type Config struct {
 	// for its destination's in-flight slot or rate limit; longer waits are
 	// deferred. Default 1s; NoWait (HOOKLANE_MAX_WAIT=0): none.
 	MaxWait time.Duration
+	// BatchMax (HOOKLANE_BATCH_MAX) is the most of one subscriber's
+	// deliveries a turn hands out as one task (batch.go); 1: every
+	// delivery a task of its own. A lone delivery (an idle subscriber's
+	// fresh event) is always a task of its own. Default 16, at most 100.
+	BatchMax int
 	// ConnectTimeout (HOOKLANE_CONNECT_TIMEOUT) bounds dialing and TLS. Default 5s.
 	ConnectTimeout time.Duration
 	// RequestTimeout (HOOKLANE_REQUEST_TIMEOUT) bounds a whole request. Default 15s.
@@ -154,6 +159,10 @@ var goneVars = []goneVar{
 	{"HOOKLANE_PAUSE_RECHECK", "a paused subscriber's events are held until it is resumed, never looked at again meanwhile"},
 }
 
+// DefaultBatchMax is Config.BatchMax's default (deploy/BENCHMARKS.md,
+// "Batches").
+const DefaultBatchMax = 16
+
 // NoResponseBody as Config.ResponseBody keeps no response body.
 const NoResponseBody = -1
 
@@ -170,6 +179,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxWaiters = cmp.Or(c.MaxWaiters, max(c.Concurrency/4, 1))
 	c.MaxWaiting = cmp.Or(c.MaxWaiting, max(c.Concurrency/2, 1))
 	c.MaxWait = cmp.Or(c.MaxWait, time.Second)
+	c.BatchMax = cmp.Or(c.BatchMax, DefaultBatchMax)
 	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, 5*time.Second)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, 15*time.Second)
 	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, time.Hour)
@@ -216,6 +226,10 @@ func (c Config) validate() error {
 	atLeast("DequeueLoops (HOOKLANE_DEQUEUE_LOOPS)", c.DequeueLoops, 1)
 	atLeast("MaxWaiters (HOOKLANE_MAX_WAITERS)", c.MaxWaiters, 1)
 	atLeast("MaxWaiting (HOOKLANE_MAX_WAITING)", c.MaxWaiting, 1)
+	atLeast("BatchMax (HOOKLANE_BATCH_MAX)", c.BatchMax, 1)
+	if c.BatchMax > tasks.MaxBatch {
+		errs = append(errs, fmt.Errorf("worker: BatchMax (HOOKLANE_BATCH_MAX) must be at most %d, not %d", tasks.MaxBatch, c.BatchMax))
+	}
 	positive("ConnectTimeout (HOOKLANE_CONNECT_TIMEOUT)", c.ConnectTimeout)
 	positive("RequestTimeout (HOOKLANE_REQUEST_TIMEOUT)", c.RequestTimeout)
 	positive("BackoffBase (HOOKLANE_BACKOFF_BASE)", c.BackoffBase)
@@ -310,6 +324,7 @@ func FromEnv() (Config, error) {
 	intVar("HOOKLANE_DEQUEUE_LOOPS", &c.DequeueLoops)
 	intVar("HOOKLANE_MAX_WAITERS", &c.MaxWaiters)
 	intVar("HOOKLANE_MAX_WAITING", &c.MaxWaiting)
+	intVar("HOOKLANE_BATCH_MAX", &c.BatchMax)
 	durVar("HOOKLANE_MAX_WAIT", &c.MaxWait, NoWait, true) // 0: no in-handler wait
 	durVar("HOOKLANE_CONNECT_TIMEOUT", &c.ConnectTimeout, 0, false)
 	durVar("HOOKLANE_REQUEST_TIMEOUT", &c.RequestTimeout, 0, false)

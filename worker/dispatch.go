@@ -223,25 +223,29 @@ func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
 	// turn hands it out again.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, handOutsAtOnce)
-	for _, o := range tr.Handouts {
+	for _, g := range batches(tr.Handouts, h.cfg.BatchMax) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			var enqueued bool
 			err := fault(ctx, FaultEnqueue, func() (err error) {
-				enqueued, err = h.prod.HandOut(ctx, sub.Subscriber, o.EventID, o.Lane, h.shards, true)
+				if len(g) > 1 {
+					enqueued, err = h.prod.HandOutBatch(ctx, sub.Subscriber, eventIDs(g), g[0].Lane, h.shards)
+				} else {
+					enqueued, err = h.prod.HandOut(ctx, sub.Subscriber, g[0].EventID, g[0].Lane, h.shards, true)
+				}
 				return err
 			})
 			switch {
 			case err != nil:
-				h.log.Warn("dispatcher: could not enqueue a delivery; it is handed out again after its lease", "subscriber_id", id,
-					"event_id", o.EventID, "err", err)
+				h.log.Warn("dispatcher: could not enqueue a hand-out; it is handed out again after its lease", "subscriber_id", id,
+					"event_id", g[0].EventID, "deliveries", len(g), "err", err)
 			case !enqueued:
 				// its task is still in asynq (a killed run's, which asynq's
 				// lease recovery runs again): nothing was lost
-			case o.Lost:
+			case g[0].Lost:
 				h.rescued(id, RescuedLostRun, 1)
-			case o.Again:
+			case g[0].Again:
 				h.rescued(id, RescuedLostTask, 1)
 			}
 		})
@@ -249,6 +253,38 @@ func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
 	wg.Wait()
 	h.stats.HandedOut.Add(int64(len(tr.Handouts)))
 	return tr.Next
+}
+
+// batches groups a turn's hand-outs into the tasks they go as: the due
+// ones of a lane in batches of at most most, in the turn's order; each
+// other (the open breaker's probe, one handed out again because its
+// hand-out's lease ran out or its run's worker died) alone, under its own
+// task id, which asynq refuses while a task of it is still there.
+func batches(hs []limits.Handout, most int) [][]limits.Handout {
+	var out [][]limits.Handout
+	open := map[string]int{} // lane → its batch being filled, in out
+	for _, o := range hs {
+		if o.Probe || o.Again || o.Lost {
+			out = append(out, []limits.Handout{o})
+			continue
+		}
+		i, ok := open[o.Lane]
+		if !ok || len(out[i]) >= most {
+			i = len(out)
+			open[o.Lane] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], o)
+	}
+	return out
+}
+
+func eventIDs(hs []limits.Handout) []string {
+	ids := make([]string, len(hs))
+	for i, o := range hs {
+		ids[i] = o.EventID
+	}
+	return ids
 }
 
 // handOutsAtOnce is how many of a turn's hand-outs are enqueued at once.

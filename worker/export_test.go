@@ -10,3 +10,6 @@ func (w *Worker) StopIdleLoops(linger time.Duration) {
 		s.stopIdleExtras(linger)
 	}
 }
+
+// Batches is the dispatcher's grouping of a turn's hand-outs (batches).
+var Batches = batches

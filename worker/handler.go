@@ -60,24 +60,14 @@ type handler struct {
 	shards int
 }
 
-// ProcessTask runs one delivery: its record and gates (Admit), its
-// request, and its outcome, committed before it answers asynq. A panic is
-// a counted failure of the delivery, committed like any other.
-func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
+// ProcessTask runs a task: one delivery (deliver), or a batch of one
+// subscriber's (runBatch).
+func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 	h.stats.Runs.Add(1)
 	r := &run{payload: t.Payload()}
 	r.taskID, _ = asynq.GetTaskID(ctx)
 	r.queue, _ = asynq.GetQueueName(ctx)
 	defer func() { _ = fault(ctx, FaultDone, nil) }()
-	defer func() {
-		if p := recover(); p != nil {
-			h.log.Error("panic delivering a task: a hooklane bug", "task_id", r.taskID, "panic", p, "stack", string(debug.Stack()))
-			err = fmt.Errorf("hooklane panicked delivering this task (a bug): %v", p)
-			if r.adm.Admitted {
-				err = h.finish(ctx, r, h.failure(r, response{err: err, received: time.Now()}))
-			}
-		}
-	}()
 	d, legacy, err := tasks.DecodeTask(r.payload)
 	switch {
 	case errors.Is(err, tasks.ErrNewerTask):
@@ -89,6 +79,8 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 		return h.undecodable(ctx, r, err)
 	case legacy != nil:
 		return h.adopt(ctx, r, d, legacy)
+	case d.V == tasks.BatchVersion:
+		return h.runBatch(ctx, r, d)
 	}
 	r.sub, r.event, r.keys = d.SubscriberID, d.EventID, h.keys.Gates(d.SubscriberID)
 	sub, err := h.subscriber(ctx, r.sub, "")
@@ -98,6 +90,23 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) (err error) {
 	if err != nil {
 		return err
 	}
+	return h.deliver(ctx, r, sub)
+}
+
+// deliver runs one delivery: its record and gates (Admit), its request,
+// and its outcome, committed before it returns what asynq is to do with
+// the task. A panic is a counted failure of the delivery, committed like
+// any other.
+func (h *handler) deliver(ctx context.Context, r *run, sub cachedSub) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			h.log.Error("panic delivering a task: a hooklane bug", "task_id", r.taskID, "panic", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("hooklane panicked delivering this task (a bug): %v", p)
+			if r.adm.Admitted {
+				err = h.finish(ctx, r, h.failure(r, response{err: err, received: time.Now()}))
+			}
+		}
+	}()
 	r.limit = sub.Limit
 	if err := h.admit(ctx, r, &sub); err != nil {
 		return err
@@ -184,7 +193,9 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 		case a.Drop != "":
 			return h.dropped(r, a.Drop)
 		case a.DeadAlready:
-			if replayed {
+			if replayed || r.batch {
+				// (a batch's delivery is never an operator's Run from the
+				// archive: its batch has its dead copy archived)
 				return fmt.Errorf("dead-lettered: %w", asynq.SkipRetry)
 			}
 			if err := h.replayRun(ctx, r); err != nil {

@@ -22,7 +22,14 @@ func (h *handler) replayRun(ctx context.Context, r *run) error {
 	o, ran := h.prod.ReplayRun(context.WithoutCancel(ctx), r.queue, r.taskID)
 	switch {
 	case !ran:
-		return fmt.Errorf("dead-lettered: %w", asynq.SkipRetry) // this copy goes to the archive too
+		// this copy goes to the archive too (a batch's dead delivery's,
+		// producer.DeadCopy), with its death's error as its last, as
+		// asynqmon shows it
+		why := "dead-lettered"
+		if e, _, err := h.prod.DeadLetters(ctx, producer.DeadLetterQuery{IDs: []string{r.taskID}}); err == nil && len(e) == 1 && e[0].Error != "" {
+			why = e[0].Error
+		}
+		return fmt.Errorf("%s: %w", why, asynq.SkipRetry)
 	case o.Outcome == producer.Failed:
 		h.log.Warn("dead letter run from asynq's archive: not replayed", "task_id", r.taskID, "err", o.Error)
 		return fmt.Errorf("run from the archive, not replayed: %s: %w", o.Error, asynq.SkipRetry)

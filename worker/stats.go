@@ -41,6 +41,8 @@ type Stats struct {
 	Newer atomic.Int64
 	// Adopted counts tasks of the release before taken into the schedule.
 	Adopted atomic.Int64
+	// Batches counts the batch tasks run, Batched their deliveries.
+	Batches, Batched atomic.Int64
 	// Replayed counts dead letters an operator ran from asynq's archive
 	// (asynqmon's Run), replayed by their run (see replayRun).
 	Replayed atomic.Int64
@@ -66,6 +68,10 @@ type run struct {
 	// it could not be written (its commit writes it).
 	coolUntil time.Time
 	coolLost  bool
+	// batch: the delivery is one of a batch task's (batch.go); taskID and
+	// payload are then its own single-delivery task's, which it is
+	// archived as if it dies.
+	batch bool
 }
 
 // redisNow is Redis' clock now, from the clock Admit answered with and the

@@ -263,7 +263,7 @@ func TestNewerTaskIsPutBackUnsent(t *testing.T) {
 	s := testkit.NewSink(t, nil)
 	b.put(t, tasks.Subscriber{ID: "a", URL: s.URL, EventTypes: []string{"t"}})
 	queue := tasks.Keys(b.ns).DeliveryQueue("", "a", tasks.LaneFresh, 1)
-	payload := []byte(`{"v":4,"subscriber_id":"a","event_id":"e1","what":"a field of a later release"}`)
+	payload := []byte(`{"v":5,"subscriber_id":"a","event_id":"e1","what":"a field of a later release"}`)
 	if _, err := asynq.NewClientFromRedisClient(b.rdb).Enqueue(asynq.NewTask(tasks.TypeDeliver, payload),
 		asynq.TaskID("a:e1"), asynq.Queue(queue), asynq.MaxRetry(tasks.AsynqMaxRetry(1))); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,259 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+	"github.com/hooklane/hooklane/worker"
+)
+
+// publishHeld publishes events ids to paused subscriber sub, then resumes
+// it: its next turn hands them out together, as a batch.
+func publishHeld(t testing.TB, p *producer.Producer, sub string, ids []string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := p.SetPaused(ctx, sub, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if _, err := p.Publish(ctx, tasks.Event{ID: id, Type: "t", Data: []byte(`1`)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.SetPaused(ctx, sub, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// batchTasks lists the batch tasks (their ids) of namespace ns's
+// subscriber sub that asynq holds now, in any state but completed.
+func batchTasks(t testing.TB, insp *asynq.Inspector, ns, sub string) []string {
+	t.Helper()
+	var ids []string
+	for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
+		q := tasks.Keys(ns).DeliveryQueue("", sub, lane, 1)
+		for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
+			insp.ListPendingTasks, insp.ListActiveTasks, insp.ListRetryTasks, insp.ListArchivedTasks,
+		} {
+			tis, err := list(q, asynq.PageSize(1000))
+			if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+				t.Fatal(err)
+			}
+			for _, ti := range tis {
+				if strings.Contains(ti.ID, "+") {
+					ids = append(ids, ti.ID)
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// The due deliveries a turn hands out together travel as one task; one of
+// them that dies is archived as a task of its own, under its own id, and
+// asynq's archive (what asynqmon lists) and the ledger agree on it alone;
+// the Run of that archived task sends that delivery once more, and only
+// it.
+func TestBatchDeadDeliveryIsArchivedAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{Breaker: noBreaker})
+	var healthy atomic.Bool
+	s := testkit.NewReceiver(t, func(w http.ResponseWriter, _ *http.Request, id string) bool {
+		if id == "e3" && !healthy.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return false
+		}
+		return true
+	})
+	const sub = "batch-dead"
+	b.put(t, tasks.Subscriber{ID: sub, URL: s.URL, MaxAttempts: 1, Limit: fast, MaxInFlight: 8})
+	ids := []string{"e1", "e2", "e3", "e4", "e5"}
+	publishHeld(t, b.p, sub, ids)
+	id := tasks.TaskID(sub, "e3")
+	e := b.ledgerEntry(t, id)
+	testkit.Eventually(t, 10*time.Second, "the batch settled, its dead delivery archived", func() bool {
+		return b.taskState(t, e.Queue, id) == asynq.TaskStateArchived && b.settled(t)
+	})
+	if n, m := b.w.Stats().Batches.Load(), b.w.Stats().Batched.Load(); n != 1 || m != int64(len(ids)) {
+		t.Fatalf("%d batch tasks of %d deliveries; want the 5 handed out together as 1", n, m)
+	}
+	if got := b.agree(t, sub); !slices.Equal(got, []string{id}) {
+		t.Fatalf("archived and listed %q; want %s alone", got, id)
+	}
+	if info, err := b.insp.GetTaskInfo(e.Queue, id); err != nil || !strings.Contains(info.LastErr, "HTTP 500") {
+		t.Fatalf("archived with last error %q (%v); want its death's", info.LastErr, err)
+	}
+	for _, ev := range ids {
+		want := tasks.StateDelivered
+		if ev == "e3" {
+			want = tasks.StateDead
+		}
+		if rec, err := b.p.GetDelivery(ctx, sub, ev); err != nil || rec.State != want || accepted(s, ev) > 1 {
+			t.Fatalf("%s: %s (%v), accepted %d times; want %s, at most once", ev, rec.State, err, accepted(s, ev), want)
+		}
+	}
+
+	healthy.Store(true)
+	before := s.Count()
+	if err := b.insp.RunTask(e.Queue, id); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the Run from the archive delivered e3", func() bool {
+		rec, err := b.p.GetDelivery(ctx, sub, "e3")
+		return err == nil && rec.State == tasks.StateDelivered && b.settled(t)
+	})
+	var sent []string
+	for _, a := range s.Got()[before:] {
+		sent = append(sent, a.ID)
+	}
+	if !slices.Equal(sent, []string{"e3"}) {
+		t.Fatalf("the Run sent %q; want e3 once", sent)
+	}
+	if got := b.agree(t, sub); len(got) != 0 {
+		t.Fatalf("delivered, still listed dead: %q", got)
+	}
+}
+
+// A 429 answered to one of a batch's requests stops the batch's unsent
+// deliveries: none is sent before the Retry-After deadline, none spends an
+// attempt for it, and every one is delivered after it.
+func TestBatch429StopsItsUnsentDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{})
+	const retryAfter = 2 * time.Second
+	var (
+		mu       sync.Mutex
+		deadline time.Time
+		early    []string
+	)
+	s := testkit.NewReceiver(t, func(w http.ResponseWriter, _ *http.Request, id string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		if !deadline.IsZero() && now.Before(deadline) {
+			early = append(early, fmt.Sprintf("%s %v early", id, deadline.Sub(now)))
+		}
+		if id == "e2" && deadline.IsZero() {
+			deadline = now.Add(retryAfter)
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return false
+		}
+		return true
+	})
+	const sub = "batch-429"
+	// 5 a second, one at a time: the batch's requests are 200 ms apart,
+	// the 429 comes while the rest wait for their rate slots.
+	b.put(t, tasks.Subscriber{ID: sub, URL: s.URL, Limit: limits.Limit{Rate: 5, Burst: 1, Period: time.Second}, MaxInFlight: 8})
+	ids := []string{"e1", "e2", "e3", "e4", "e5"}
+	publishHeld(t, b.p, sub, ids)
+	testkit.Eventually(t, 20*time.Second, "every event delivered", func() bool {
+		for _, ev := range ids {
+			if rec, err := b.p.GetDelivery(ctx, sub, ev); err != nil || rec.State != tasks.StateDelivered {
+				return false
+			}
+		}
+		return b.settled(t)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(early) > 0 {
+		t.Fatalf("requests before the 429's deadline: %v", early)
+	}
+	if deadline.IsZero() {
+		t.Fatal("e2 was never answered 429")
+	}
+	if n := b.w.Stats().Batches.Load(); n == 0 {
+		t.Fatal("no batch task ran; want the held events handed out together")
+	}
+	for _, ev := range ids {
+		rec, err := b.p.GetDelivery(ctx, sub, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.AttemptsSpent != 1 || accepted(s, ev) != 1 {
+			t.Fatalf("%s: %d attempts spent, accepted %d times; want 1 and 1 (a 429 spends none)", ev, rec.AttemptsSpent, accepted(s, ev))
+		}
+	}
+}
+
+// A worker killed (kill -9) in the middle of a batch, two of its four
+// deliveries answered and committed, the other two held open by the
+// receiver: the next worker sends only those two again.
+func TestBatchKilledMidwaySendsOnlyTheUncommittedAgain(t *testing.T) {
+	var holding atomic.Bool
+	holding.Store(true)
+	rc := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, id string) bool {
+		if (id == "k2" || id == "k3") && holding.Load() {
+			<-r.Context().Done() // the worker is gone before the answer
+		}
+		return true
+	})
+	b := newCrashBundle(t, testkit.Namespace("kill-batch-"), tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 4})
+	ids := []string{"k0", "k1", "k2", "k3"}
+	publishHeld(t, b.p, "s", ids)
+	w := startProc(t, redisURL(), b.ns)
+	ctx := context.Background()
+	k := tasks.Keys(b.ns)
+	testkit.Eventually(t, 10*time.Second, "k0 and k1 committed, k2 and k3 held open, in one batch task", func() bool {
+		held := 0
+		for _, a := range rc.Got() {
+			if a.ID == "k2" || a.ID == "k3" {
+				held++
+			}
+		}
+		return held == 2 && b.rdb.HGet(ctx, k.Delivery("s", "k0"), "s").Val() == tasks.StateDelivered &&
+			b.rdb.HGet(ctx, k.Delivery("s", "k1"), "s").Val() == tasks.StateDelivered && len(batchTasks(t, b.insp, b.ns, "s")) == 1
+	})
+	w.kill()
+	holding.Store(false)
+	expireLeases(t, b.rdb, b.ns, "s")
+	startProc(t, redisURL(), b.ns)
+	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, rc, 60*time.Second)
+	if len(c.lost) > 0 || c.delivered != len(ids) {
+		t.Fatalf("%s; want all delivered", c)
+	}
+	n := map[string]int{}
+	for _, a := range rc.Got() {
+		n[a.ID]++
+	}
+	if n["k0"] != 1 || n["k1"] != 1 || n["k2"] != 2 || n["k3"] != 2 {
+		t.Fatalf("requests per event %v; want k0 and k1 once (committed before the kill), k2 and k3 twice", n)
+	}
+}
+
+// The dispatcher's grouping: a lane's due hand-outs in batches of at most
+// the maximum, in order; a probe, a hand-out sent again and a lost run's
+// each alone.
+func TestBatchesGroupDueHandOutsByLane(t *testing.T) {
+	f, bl := limits.WhereFresh, limits.WhereBacklog
+	hs := []limits.Handout{{EventID: "a", Lane: f}, {EventID: "b", Lane: bl}, {EventID: "c", Lane: f}, {EventID: "p", Lane: f, Probe: true},
+		{EventID: "d", Lane: f}, {EventID: "o", Lane: bl, Again: true}, {EventID: "r", Lane: bl, Lost: true}, {EventID: "e", Lane: bl}}
+	var got []string
+	for _, g := range worker.Batches(hs, 2) {
+		var ids []string
+		for _, o := range g {
+			ids = append(ids, o.EventID)
+		}
+		got = append(got, strings.Join(ids, ""))
+	}
+	if want := []string{"ac", "be", "p", "d", "o", "r"}; !slices.Equal(got, want) {
+		t.Fatalf("batches %q; want %q", got, want)
+	}
+}
