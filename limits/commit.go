@@ -141,233 +141,286 @@ type Committed struct {
 // its request was under way) is not parked into the new generation's lot:
 // it ends there, unsent again.
 var commitScript = script(luaAdapt + `
-local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
-  rec = KEYS[8], stats = KEYS[9], ledger = KEYS[10], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15],
-  runs = KEYS[16]}
-local ev, token, kind = ARGV[1], ARGV[2], ARGV[3]
-redis.call('ZREM', k.inflight, token)
-local d = redis.call('HMGET', k.rec, 'tk', 'ok', 'okr', 'x', 'g', 'q', 'le', 'ce')
-if d[2] == token and d[3] then
-  local r = {'again'}
-  for v in string.gmatch(d[3], '[^|]+') do r[#r + 1] = v end
-  return r
-end
-local now = now_ms()
-if d[1] ~= token then
-  -- Handed out while this run held the task id (a re-publish for a new
-  -- generation, a resend): asynq may have refused that hand-out's task as
-  -- a duplicate of this one, which ends now. Hand it out again.
-  if redis.call('ZSCORE', k.out, ev) then
-    redis.call('ZREM', k.out, ev)
-    redis.call('ZADD', k.lot, now, ev)
-    lot_kind(k, ev)
-    return {'superseded', now, 0, 0, 0}
+-- one outcome: KEYS and ARGV as the comment above lays them out
+local function commit(KEYS, ARGV, counters)
+  local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
+    rec = KEYS[8], stats = KEYS[9], ledger = KEYS[10], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15],
+    runs = KEYS[16]}
+  local ev, token, kind = ARGV[1], ARGV[2], ARGV[3]
+  redis.call('ZREM', k.inflight, token)
+  local d = redis.call('HMGET', k.rec, 'tk', 'ok', 'okr', 'x', 'g', 'q', 'le', 'ce')
+  if d[2] == token and d[3] then
+    local r = {'again'}
+    for v in string.gmatch(d[3], '[^|]+') do r[#r + 1] = v end
+    return r
   end
-  return {'superseded', -1, 0, 0, 0}
-end
-redis.call('ZREM', k.runs, ev)
-local flags = ARGV[10]
-local function has(c) return string.find(flags, c, 1, true) ~= nil end
--- the record's fields to set, written in one HSET (before the attempts
--- are read for a dead letter, else at the end)
-local w = {}
-local function set(f, v) w[#w + 1] = f; w[#w + 1] = v end
-local function write()
-  if #w > 0 then redis.call('HSET', k.rec, unpack(w)); w = {} end
-end
-if ARGV[4] ~= '' then set(ARGV[4], ARGV[5]) end
--- the attempt that went early because an operator ended a cooldown says
--- so (the worker wrote the note from Admission.CooldownEndedAt); the next
--- does not. An interrupted request's run is tried again: that one says so
--- too.
-if d[8] and ARGV[4] ~= '' and kind ~= 'interrupted' then redis.call('HDEL', k.rec, 'ce') end
-if ARGV[6] ~= '' then
-  set(ARGV[6], ARGV[7])
-  redis.call('HDEL', k.rec, 'lr')
-end
-local notify = -1
-local function soon(at) if at >= 0 and (notify < 0 or at < notify) then notify = at end end
-
--- the breaker
-local change, since = 0, 0
--- the breaker's fields, then the effective rate's (adaptFields, from g[8])
-local g = redis.call('HMGET', k.gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt', unpack(adaptFields))
-local same = g[1] and g[1] == d[5]
-if same and has('e') and tonumber(ARGV[11]) > 0 then
-  redis.call('HSET', k.gate, 'b_err', ARGV[15], 'b_err_at', now)
-  since = tonumber(g[4]) or now
-  local disable = tonumber(ARGV[14])
-  if g[2] and has('p') then
-    -- a failed probe: the next one a longer gap later, the role given back
-    -- (also when this failure disables the subscriber: a resume probes at
-    -- the next gap, not once this probe's lease has lapsed)
-    local gap = math.min(math.floor((tonumber(g[3]) or tonumber(ARGV[12])) * 1.5), tonumber(ARGV[13]))
-    redis.call('HSET', k.gate, 'b_gap', gap, 'b_next', now + gap)
-    redis.call('HDEL', k.gate, 'b_probe', 'b_pe')
-    soon(now + gap)
-  end
-  if disable > 0 and now - since >= disable and not g[5] then
-    redis.call('HSET', k.gate, 'paused', 'failing', 'paused_at', now)
-    change = 3
-  elseif not g[2] then
-    local fails = redis.call('HINCRBY', k.gate, 'b_fails', 1)
-    if not g[4] then redis.call('HSET', k.gate, 'b_since', now) end
-    if fails >= tonumber(ARGV[11]) then
-      redis.call('HSET', k.gate, 'b_open', now, 'b_gap', ARGV[12], 'b_next', now + tonumber(ARGV[12]))
-      redis.call('HDEL', k.gate, 'b_ramp', 'b_probe', 'b_pe')
-      change = 1
-      soon(now + tonumber(ARGV[12]))
+  local now = now_ms()
+  if d[1] ~= token then
+    -- Handed out while this run held the task id (a re-publish for a new
+    -- generation, a resend): asynq may have refused that hand-out's task as
+    -- a duplicate of this one, which ends now. Hand it out again.
+    if redis.call('ZSCORE', k.out, ev) then
+      redis.call('ZREM', k.out, ev)
+      redis.call('ZADD', k.lot, now, ev)
+      lot_kind(k, ev)
+      return {'superseded', now, 0, 0, 0}
     end
+    return {'superseded', -1, 0, 0, 0}
   end
-elseif same and has('a') and (has('p') or has('s') or g[6]) then
-  redis.call('HDEL', k.gate, 'b_fails', 'b_since')
-  if g[2] then
-    redis.call('HDEL', k.gate, 'b_open', 'b_next', 'b_gap', 'b_probe', 'b_pe')
-    redis.call('HSET', k.gate, 'b_ramp', now)
-    change, since = 2, tonumber(g[4]) or now
+  redis.call('ZREM', k.runs, ev)
+  local flags = ARGV[10]
+  local function has(c) return string.find(flags, c, 1, true) ~= nil end
+  -- the record's fields to set, written in one HSET (before the attempts
+  -- are read for a dead letter, else at the end)
+  local w = {}
+  local function set(f, v) w[#w + 1] = f; w[#w + 1] = v end
+  local function write()
+    if #w > 0 then redis.call('HSET', k.rec, unpack(w)); w = {} end
+  end
+  if ARGV[4] ~= '' then set(ARGV[4], ARGV[5]) end
+  -- the attempt that went early because an operator ended a cooldown says
+  -- so (the worker wrote the note from Admission.CooldownEndedAt); the next
+  -- does not. An interrupted request's run is tried again: that one says so
+  -- too.
+  if d[8] and ARGV[4] ~= '' and kind ~= 'interrupted' then redis.call('HDEL', k.rec, 'ce') end
+  if ARGV[6] ~= '' then
+    set(ARGV[6], ARGV[7])
+    redis.call('HDEL', k.rec, 'lr')
+  end
+  local notify = -1
+  local function soon(at) if at >= 0 and (notify < 0 or at < notify) then notify = at end end
+
+  -- the breaker
+  local change, since = 0, 0
+  -- the breaker's fields, then the effective rate's (adaptFields, from g[8])
+  local g = redis.call('HMGET', k.gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt', unpack(adaptFields))
+  local same = g[1] and g[1] == d[5]
+  if same and has('e') and tonumber(ARGV[11]) > 0 then
+    redis.call('HSET', k.gate, 'b_err', ARGV[15], 'b_err_at', now)
+    since = tonumber(g[4]) or now
+    local disable = tonumber(ARGV[14])
+    if g[2] and has('p') then
+      -- a failed probe: the next one a longer gap later, the role given back
+      -- (also when this failure disables the subscriber: a resume probes at
+      -- the next gap, not once this probe's lease has lapsed)
+      local gap = math.min(math.floor((tonumber(g[3]) or tonumber(ARGV[12])) * 1.5), tonumber(ARGV[13]))
+      redis.call('HSET', k.gate, 'b_gap', gap, 'b_next', now + gap)
+      redis.call('HDEL', k.gate, 'b_probe', 'b_pe')
+      soon(now + gap)
+    end
+    if disable > 0 and now - since >= disable and not g[5] then
+      redis.call('HSET', k.gate, 'paused', 'failing', 'paused_at', now)
+      change = 3
+    elseif not g[2] then
+      local fails = redis.call('HINCRBY', k.gate, 'b_fails', 1)
+      if not g[4] then redis.call('HSET', k.gate, 'b_since', now) end
+      if fails >= tonumber(ARGV[11]) then
+        redis.call('HSET', k.gate, 'b_open', now, 'b_gap', ARGV[12], 'b_next', now + tonumber(ARGV[12]))
+        redis.call('HDEL', k.gate, 'b_ramp', 'b_probe', 'b_pe')
+        change = 1
+        soon(now + tonumber(ARGV[12]))
+      end
+    end
+  elseif same and has('a') and (has('p') or has('s') or g[6]) then
+    redis.call('HDEL', k.gate, 'b_fails', 'b_since')
+    if g[2] then
+      redis.call('HDEL', k.gate, 'b_open', 'b_next', 'b_gap', 'b_probe', 'b_pe')
+      redis.call('HSET', k.gate, 'b_ramp', now)
+      change, since = 2, tonumber(g[4]) or now
+      soon(now)
+    end
+  elseif same and has('p') then
+    redis.call('HDEL', k.gate, 'b_probe', 'b_pe') -- never sent: another may probe
     soon(now)
   end
-elseif same and has('p') then
-  redis.call('HDEL', k.gate, 'b_probe', 'b_pe') -- never sent: another may probe
-  soon(now)
-end
--- the effective rate (adaptive.go) and the in-flight pace
-if same and (kind == 'delivered' or has('t')) then
-  local cool = 0
-  if has('t') then cool = tonumber(redis.call('GET', k.cool) or '0') end
-  adapt(k.gate, {unpack(g, 8, 7 + #adaptFields)}, now, kind == 'delivered', has('t'), cool, {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]),
-    incr = tonumber(ARGV[18]), why = ARGV[19], win = tonumber(ARGV[30]), per_ms = tonumber(ARGV[31]), span = tonumber(ARGV[32])})
-end
-local lat = tonumber(ARGV[20])
-if same and lat > 0 then
-  local lt = tonumber(g[7])
-  if lt then lat = math.floor(0.8 * lt + 0.2 * lat + 0.5) end
-  lat = math.max(lat, 1)
-  if lat ~= lt then redis.call('HSET', k.gate, 'lt', lat) end
-end
+  -- the effective rate (adaptive.go) and the in-flight pace
+  if same and (kind == 'delivered' or has('t')) then
+    local cool = 0
+    if has('t') then cool = tonumber(redis.call('GET', k.cool) or '0') end
+    adapt(k.gate, {unpack(g, 8, 7 + #adaptFields)}, now, kind == 'delivered', has('t'), cool, {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]),
+      incr = tonumber(ARGV[18]), why = ARGV[19], win = tonumber(ARGV[30]), per_ms = tonumber(ARGV[31]), span = tonumber(ARGV[32])})
+  end
+  local lat = tonumber(ARGV[20])
+  if same and lat > 0 then
+    local lt = tonumber(g[7])
+    if lt then lat = math.floor(0.8 * lt + 0.2 * lat + 0.5) end
+    lat = math.max(lat, 1)
+    if lat ~= lt then redis.call('HSET', k.gate, 'lt', lat) end
+  end
 
--- the delivery
-local x = tonumber(d[4])
-local function keep_ended()
-  if redis.call('PTTL', k.rec) < tonumber(ARGV[21]) then redis.call('PEXPIRE', k.rec, ARGV[21]) end
-end
-local stale = 0
-if kind == 'delivered' then
-  set('s', 'delivered')
-  set('dl', ARGV[9])
-  -- what only a delivery under way needs: an ended record stays small
-  redis.call('HDEL', k.rec, 'tk', 'nx', 'q', 'pt', 'pk', 'm', 'le')
-  if d[6] == 'fresh' then redis.call('ZREM', k.fresh, ev) end
-  -- booked to live until its horizon + the dedup window: delivered before
-  -- its horizon, it outlives the delivery by the window already
-  if not x or now > x then keep_ended() end
-  -- a dead letter of the delivery (le: one was written, or the release
-  -- before may have written one) not replayed is stale: it goes
-  if d[7] then
-    local entry = redis.call('GET', k.ledger)
-    if entry and not string.find(entry, '"replayed_at"', 1, true) then
-      redis.call('DEL', k.ledger, KEYS[14])
-      redis.call('ZREM', k.dindex, ARGV[24])
-      stale = 1
+  -- the delivery
+  local x = tonumber(d[4])
+  local function keep_ended()
+    if redis.call('PTTL', k.rec) < tonumber(ARGV[21]) then redis.call('PEXPIRE', k.rec, ARGV[21]) end
+  end
+  local stale = 0
+  if kind == 'delivered' then
+    set('s', 'delivered')
+    set('dl', ARGV[9])
+    -- what only a delivery under way needs: an ended record stays small
+    redis.call('HDEL', k.rec, 'tk', 'nx', 'q', 'pt', 'pk', 'm', 'le')
+    if d[6] == 'fresh' then redis.call('ZREM', k.fresh, ev) end
+    -- booked to live until its horizon + the dedup window: delivered before
+    -- its horizon, it outlives the delivery by the window already
+    if not x or now > x then keep_ended() end
+    -- a dead letter of the delivery (le: one was written, or the release
+    -- before may have written one) not replayed is stale: it goes
+    if d[7] then
+      local entry = redis.call('GET', k.ledger)
+      if entry and not string.find(entry, '"replayed_at"', 1, true) then
+        redis.call('DEL', k.ledger, KEYS[14])
+        redis.call('ZREM', k.dindex, ARGV[24])
+        stale = 1
+      end
     end
+  elseif not same and kind ~= 'dead' then
+    -- another generation's: nothing of it is parked or sent again
+    for _, key in ipairs({k.lot, k.out, k.exp, k.fresh}) do redis.call('ZREM', key, ev) end
+    redis.call('SREM', k.retry, ev)
+    redis.call('HDEL', k.rec, 'tk', 'nx')
+  elseif kind == 'failed' then
+    local at = now + tonumber(ARGV[8])
+    park(k, ev, 'retrying', at, x)
+    set('nx', at)
+    soon(at)
+  elseif kind == 'throttled' then
+    redis.call('HINCRBY', k.rec, 'c', -1)
+    -- never before the run's own deadline, even when the cooldown key
+    -- holds none (the run could not write it, it lapsed); one the run could
+    -- not write is written now, as Gates.Cooldown would have (the later
+    -- deadline kept, until its end + 1 min), for the others to wait too
+    local cool, deadline = tonumber(redis.call('GET', k.cool) or '0'), tonumber(ARGV[28])
+    if has('c') and deadline > cool and deadline > now then
+      redis.call('SET', k.cool, string.format('%d', deadline), 'PX', deadline - now + 60000)
+    end
+    local at = math.max(cool, deadline, now)
+    park(k, ev, 'cooling', at, x)
+    set('nx', at)
+    soon(at)
+  elseif kind == 'probe_failed' then
+    redis.call('HINCRBY', k.rec, 'c', -1)
+    park(k, ev, 'held', now, x)
+    redis.call('HDEL', k.rec, 'nx')
+  elseif kind == 'interrupted' then
+    redis.call('HINCRBY', k.rec, 'c', -1)
+    set('s', 'pending')
+    redis.call('HDEL', k.rec, 'tk')
+    redis.call('ZADD', k.out, now + tonumber(ARGV[29]), ev)
+  elseif kind == 'dead' then
+    set('s', 'dead')
+    set('le', 1)
+    write()
+    redis.call('HDEL', k.rec, 'tk', 'nx')
+    for _, key in ipairs({k.lot, k.out, k.exp, k.fresh}) do redis.call('ZREM', key, ev) end
+    redis.call('SREM', k.retry, ev)
+    keep_ended()
+    local parts = {}
+    local h = redis.call('HGETALL', k.rec)
+    for i = 1, #h, 2 do
+      if string.sub(h[i], 1, 2) == 'a:' then parts[#parts + 1] = '"' .. string.sub(h[i], 3) .. '":' .. h[i + 1] end
+    end
+    -- the generation it was booked for: a replay sends it to no other
+    local gen = ''
+    if d[5] then gen = ',"gen":' .. cjson.encode(d[5]) end
+    local entry = ARGV[23] .. gen .. ',"a":{' .. table.concat(parts, ',') .. '}}'
+    local retention = tonumber(ARGV[25])
+    if retention > 0 then
+      redis.call('SET', k.ledger, entry, 'PX', retention)
+      redis.call('ZREMRANGEBYSCORE', k.dindex, '-inf', now - retention)
+    else
+      redis.call('SET', k.ledger, entry)
+    end
+    redis.call('DEL', KEYS[14])
+    local dead_at = tonumber(ARGV[27])
+    if dead_at <= 0 then dead_at = now end
+    redis.call('ZADD', k.dindex, dead_at, ARGV[24])
+    if ARGV[26] ~= '' then
+      redis.call('HINCRBY', k.dbatch, 'n', 1)
+      redis.call('HSETNX', k.dbatch, 'first', now)
+      if redis.call('LLEN', k.dsample) < 20 then redis.call('RPUSH', k.dsample, ARGV[26]) end
+    end
+    if same and has('g') and not g[5] then redis.call('HSET', k.gate, 'paused', 'gone', 'paused_at', now) end
   end
-elseif not same and kind ~= 'dead' then
-  -- another generation's: nothing of it is parked or sent again
-  for _, key in ipairs({k.lot, k.out, k.exp, k.fresh}) do redis.call('ZREM', key, ev) end
-  redis.call('SREM', k.retry, ev)
-  redis.call('HDEL', k.rec, 'tk', 'nx')
-elseif kind == 'failed' then
-  local at = now + tonumber(ARGV[8])
-  park(k, ev, 'retrying', at, x)
-  set('nx', at)
-  soon(at)
-elseif kind == 'throttled' then
-  redis.call('HINCRBY', k.rec, 'c', -1)
-  -- never before the run's own deadline, even when the cooldown key
-  -- holds none (the run could not write it, it lapsed); one the run could
-  -- not write is written now, as Gates.Cooldown would have (the later
-  -- deadline kept, until its end + 1 min), for the others to wait too
-  local cool, deadline = tonumber(redis.call('GET', k.cool) or '0'), tonumber(ARGV[28])
-  if has('c') and deadline > cool and deadline > now then
-    redis.call('SET', k.cool, string.format('%d', deadline), 'PX', deadline - now + 60000)
-  end
-  local at = math.max(cool, deadline, now)
-  park(k, ev, 'cooling', at, x)
-  set('nx', at)
-  soon(at)
-elseif kind == 'probe_failed' then
-  redis.call('HINCRBY', k.rec, 'c', -1)
-  park(k, ev, 'held', now, x)
-  redis.call('HDEL', k.rec, 'nx')
-elseif kind == 'interrupted' then
-  redis.call('HINCRBY', k.rec, 'c', -1)
-  set('s', 'pending')
-  redis.call('HDEL', k.rec, 'tk')
-  redis.call('ZADD', k.out, now + tonumber(ARGV[29]), ev)
-elseif kind == 'dead' then
-  set('s', 'dead')
-  set('le', 1)
+  -- a freed slot may let a parked delivery go: a turn soon, at most one
+  -- every 100 ms for the commits of a busy subscriber (what a turn hands
+  -- out covers its slots meanwhile)
+  if kind ~= 'interrupted' and redis.call('ZCOUNT', k.lot, '-inf', now) > 0 then soon(now + 100) end
+  for f, n in string.gmatch(ARGV[22], '(%S+) (%S+)') do counters[f] = (counters[f] or 0) + tonumber(n) end
+  local reply = notify .. '|' .. change .. '|' .. since .. '|' .. stale
+  set('ok', token)
+  set('okr', reply)
   write()
-  redis.call('HDEL', k.rec, 'tk', 'nx')
-  for _, key in ipairs({k.lot, k.out, k.exp, k.fresh}) do redis.call('ZREM', key, ev) end
-  redis.call('SREM', k.retry, ev)
-  keep_ended()
-  local parts = {}
-  local h = redis.call('HGETALL', k.rec)
-  for i = 1, #h, 2 do
-    if string.sub(h[i], 1, 2) == 'a:' then parts[#parts + 1] = '"' .. string.sub(h[i], 3) .. '":' .. h[i + 1] end
-  end
-  -- the generation it was booked for: a replay sends it to no other
-  local gen = ''
-  if d[5] then gen = ',"gen":' .. cjson.encode(d[5]) end
-  local entry = ARGV[23] .. gen .. ',"a":{' .. table.concat(parts, ',') .. '}}'
-  local retention = tonumber(ARGV[25])
-  if retention > 0 then
-    redis.call('SET', k.ledger, entry, 'PX', retention)
-    redis.call('ZREMRANGEBYSCORE', k.dindex, '-inf', now - retention)
-  else
-    redis.call('SET', k.ledger, entry)
-  end
-  redis.call('DEL', KEYS[14])
-  local dead_at = tonumber(ARGV[27])
-  if dead_at <= 0 then dead_at = now end
-  redis.call('ZADD', k.dindex, dead_at, ARGV[24])
-  if ARGV[26] ~= '' then
-    redis.call('HINCRBY', k.dbatch, 'n', 1)
-    redis.call('HSETNX', k.dbatch, 'first', now)
-    if redis.call('LLEN', k.dsample) < 20 then redis.call('RPUSH', k.dsample, ARGV[26]) end
-  end
-  if same and has('g') and not g[5] then redis.call('HSET', k.gate, 'paused', 'gone', 'paused_at', now) end
+  return {'ok', notify, change, since, stale}
 end
--- a freed slot may let a parked delivery go: a turn soon, at most one
--- every 100 ms for the commits of a busy subscriber (what a turn hands
--- out covers its slots meanwhile)
-if kind ~= 'interrupted' and redis.call('ZCOUNT', k.lot, '-inf', now) > 0 then soon(now + 100) end
-for f, n in string.gmatch(ARGV[22], '(%S+) (%S+)') do redis.call('HINCRBY', k.stats, f, n) end
-local reply = notify .. '|' .. change .. '|' .. since .. '|' .. stale
-set('ok', token)
-set('okr', reply)
-write()
-return {'ok', notify, change, since, stale}`)
+local common = {}
+for i = 1, 16 do common[i] = KEYS[i] end
+local n, counters, out, commitArgs = tonumber(ARGV[1]), {}, {}, 32
+for i = 1, n do
+  local ks, as = {}, {}
+  for j = 1, 16 do ks[j] = common[j] end
+  ks[8], ks[10], ks[14] = KEYS[14 + 3 * i], KEYS[15 + 3 * i], KEYS[16 + 3 * i]
+  for j = 1, commitArgs do as[j] = ARGV[1 + (i - 1) * commitArgs + j] end
+  local r = commit(ks, as, counters)
+  out[#out + 1] = #r
+  for _, v in ipairs(r) do out[#out + 1] = v end
+end
+-- the counters of every outcome of the group, added once
+for f, v in pairs(counters) do redis.call('HINCRBY', KEYS[9], f, v) end
+return out`)
 
 // Commit writes a run's outcome (see commitScript), in the round trip of
 // the gate scripts of concurrent deliveries.
 func (g *Gates) Commit(ctx context.Context, k GateKeys, o Outcome) (Committed, error) {
-	keys, args := commitCall(k, o)
-	res, err := g.run(ctx, commitScript, keys, args...)
+	c, err := g.CommitGroup(ctx, k, []Outcome{o})
 	if err != nil {
 		return Committed{}, err
 	}
-	r := replyStrings(res)
-	if len(r) < 5 {
-		return Committed{}, fmt.Errorf("commit: unexpected reply %v", res)
+	return c[0], nil
+}
+
+// CommitGroup writes the outcomes of several runs of one subscriber's
+// deliveries (a batch's, worker/batch.go) in one script: each as Commit
+// writes it, the subscriber's counters of them all added once.
+func (g *Gates) CommitGroup(ctx context.Context, k GateKeys, os []Outcome) ([]Committed, error) {
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Lot, k.Out, k.Exp, k.Fresh, "", k.Stats, "", k.DeadIndex, k.DeadBatch, k.DeadSample, "",
+		k.Retry, k.Runs}
+	keys[7], keys[9], keys[13] = k.record(os[0].EventID), k.Dead+os[0].EventID, k.Dead+os[0].EventID // placeholders: each outcome's follow
+	args := make([]any, 1, 1+commitArgs*len(os))
+	args[0] = len(os)
+	for _, o := range os {
+		ok, oa := commitCall(k, o)
+		keys = append(keys, ok...)
+		args = append(args, oa...)
 	}
+	res, err := g.run(ctx, commitScript, keys, args...)
+	if err != nil {
+		return nil, err
+	}
+	r := replyStrings(res)
+	out := make([]Committed, 0, len(os))
+	for i := 0; i < len(r) && len(out) < len(os); {
+		n, _ := strconv.Atoi(r[i])
+		if n < 5 || i+1+n > len(r) {
+			break
+		}
+		out = append(out, committed(r[i+1:i+1+n]))
+		i += 1 + n
+	}
+	if len(out) != len(os) {
+		return nil, fmt.Errorf("commit: unexpected reply %v", res)
+	}
+	return out, nil
+}
+
+// committed reads one outcome's reply {result, notify, change, since,
+// stale}.
+func committed(r []string) Committed {
 	c := Committed{Superseded: r[0] == "superseded", ClearedStale: r[4] == "1"} // "again": as "ok" the first time
 	if n, _ := strconv.ParseInt(r[1], 10, 64); n >= 0 {
 		c.Notify = time.UnixMilli(n)
 	}
 	if c.Superseded {
-		return c, nil
+		return c
 	}
 	switch r[2] {
 	case "1":
@@ -380,7 +433,7 @@ func (g *Gates) Commit(ctx context.Context, k GateKeys, o Outcome) (Committed, e
 	if ms, _ := strconv.ParseInt(r[3], 10, 64); ms > 0 {
 		c.Since = time.UnixMilli(ms)
 	}
-	return c, nil
+	return c
 }
 
 func cmpOr(a, b string) string {
@@ -411,7 +464,11 @@ func ceilMilli(t time.Time) int64 {
 	return ms
 }
 
-// commitCall is commitScript's keys and arguments for outcome o.
+// commitArgs is how many arguments commitScript takes per outcome.
+const commitArgs = 32
+
+// commitCall is commitScript's keys of outcome o (its record, its ledger
+// entry, the release before's attempt list) and its arguments.
 func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 	var fl []byte
 	for _, f := range [...]struct {
@@ -439,8 +496,7 @@ func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 	if len(errText) > 300 {
 		errText = errText[:300]
 	}
-	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Lot, k.Out, k.Exp, k.Fresh, k.record(o.EventID), k.Stats,
-		k.Dead + o.EventID, k.DeadIndex, k.DeadBatch, k.DeadSample, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none"), k.Retry, k.Runs}
+	keys := []string{k.record(o.EventID), k.Dead + o.EventID, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none")}
 	args := []any{o.EventID, o.Token, o.Kind, o.AttemptField, o.Attempt, o.LostField, o.Lost, o.Backoff.Milliseconds(), delivered,
 		string(fl), b.Failures, b.ProbeGap.Milliseconds(), b.MaxProbeGap.Milliseconds(), max(b.DisableAfter, 0).Milliseconds(), errText,
 		AdaptMargin, adaptFloor, adaptIncreasePerMs, o.AdaptReason, o.Latency.Milliseconds(), o.Dedup.Milliseconds(),

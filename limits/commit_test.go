@@ -478,3 +478,42 @@ func TestAdaptiveArithmetic(t *testing.T) {
 		t.Fatalf("the limit reached: a_f %q, a_at %q still kept", b.gate("a_f"), b.gate("a_at"))
 	}
 }
+
+// A group of outcomes (a batch's) is committed as each alone would be,
+// the subscriber's counters of them all added once; the group sent again
+// (a lost reply) changes nothing and counts nothing twice.
+func TestCommitGroupCommitsEachOutcome(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	at := time.Now()
+	pol := limits.BreakerPolicy{}.WithDefaults()
+	var os []limits.Outcome
+	for _, ev := range []string{"g1", "g2", "g3"} {
+		o := limits.Outcome{EventID: ev, Token: b.taken(t, ev), Kind: limits.OutcomeDelivered, DeliveredAt: at, Answered: true, Dedup: time.Hour,
+			Breaker: pol, Counters: map[string]int64{"delivered": 1, "http:200": 1}}
+		if ev == "g3" {
+			o.Kind, o.Backoff, o.DeliveredAt, o.Counters = limits.OutcomeFailed, 30*time.Second, time.Time{}, map[string]int64{"failed": 1, "http:500": 1}
+		}
+		os = append(os, o)
+	}
+	for try := range 2 {
+		cs, err := b.g.CommitGroup(ctx, b.k, os)
+		if err != nil || len(cs) != 3 {
+			t.Fatalf("try %d: %v, %v", try, cs, err)
+		}
+		for i, c := range cs {
+			if c.Superseded {
+				t.Fatalf("try %d: %s superseded", try, os[i].EventID)
+			}
+		}
+		st := b.rdb.HGetAll(ctx, b.k.Stats).Val()
+		if st["delivered"] != "2" || st["http:200"] != "2" || st["failed"] != "1" || st["http:500"] != "1" {
+			t.Fatalf("try %d: counters %v; want delivered 2, http:200 2, failed 1, http:500 1", try, st)
+		}
+	}
+	if b.rec(t, "g1", "s") != "delivered" || b.rec(t, "g2", "s") != "delivered" || b.rec(t, "g3", "s") != "retrying" ||
+		b.score(b.k.Lot, "g3") < 0 || b.rdb.ZCard(ctx, b.k.InFlight).Val() != 0 || b.rdb.ZCard(ctx, b.k.Runs).Val() != 0 {
+		t.Fatalf("records %s %s %s, lot g3 %v, %d slots, %d runs; want delivered, delivered, retrying (parked), none held",
+			b.rec(t, "g1", "s"), b.rec(t, "g2", "s"), b.rec(t, "g3", "s"), b.score(b.k.Lot, "g3"), b.rdb.ZCard(ctx, b.k.InFlight).Val(),
+			b.rdb.ZCard(ctx, b.k.Runs).Val())
+	}
+}

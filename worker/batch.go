@@ -46,9 +46,10 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 	}
 	answers := make([]error, len(d.EventIDs))
 	var wg sync.WaitGroup
+	group := &commitGroup{gates: h.gates, keys: h.keys.Gates(d.SubscriberID)}
 	for i, ev := range d.EventIDs {
 		r := &run{taskID: tasks.TaskID(d.SubscriberID, ev), queue: b.queue, sub: d.SubscriberID, event: ev,
-			keys: h.keys.Gates(d.SubscriberID), batch: true}
+			keys: h.keys.Gates(d.SubscriberID), batch: true, group: group}
 		r.payload = tasks.NewDeliverTask(d.SubscriberID, ev).Payload()
 		wg.Go(func() { answers[i] = h.deliver(ctx, r, sub) })
 	}
@@ -73,4 +74,64 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 		return ctx.Err() // shutting down: asynq has put the task back
 	}
 	return again
+}
+
+// commitGroup commits a batch's outcomes: an outcome ready while no commit
+// of the batch is on its way goes at once; those that come while one is
+// go together in the next (limits.Gates.CommitGroup), as a database's
+// group commit does. No outcome waits for another's request.
+type commitGroup struct {
+	gates *limits.Gates
+	keys  limits.GateKeys
+
+	mu      sync.Mutex
+	waiting []*groupCommit
+	writing bool
+}
+
+type groupCommit struct {
+	o    limits.Outcome
+	c    limits.Committed
+	err  error
+	done chan struct{}
+}
+
+func (g *commitGroup) commit(ctx context.Context, o limits.Outcome) (limits.Committed, error) {
+	p := &groupCommit{o: o, done: make(chan struct{})}
+	g.mu.Lock()
+	g.waiting = append(g.waiting, p)
+	lead := !g.writing
+	g.writing = true
+	g.mu.Unlock()
+	if lead {
+		g.write(ctx)
+	}
+	<-p.done
+	return p.c, p.err
+}
+
+// write commits what waits, group after group, until nothing does.
+func (g *commitGroup) write(ctx context.Context) {
+	for {
+		g.mu.Lock()
+		ps := g.waiting
+		g.waiting = nil
+		if len(ps) == 0 {
+			g.writing = false
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		os := make([]limits.Outcome, len(ps))
+		for i, p := range ps {
+			os[i] = p.o
+		}
+		cs, err := g.gates.CommitGroup(ctx, g.keys, os)
+		for i, p := range ps {
+			if p.err = err; err == nil {
+				p.c = cs[i]
+			}
+			close(p.done)
+		}
+	}
 }

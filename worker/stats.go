@@ -72,6 +72,16 @@ type run struct {
 	// payload are then its own single-delivery task's, which it is
 	// archived as if it dies.
 	batch bool
+	group *commitGroup // a batch's: its outcomes' commits go together
+}
+
+// commit commits the run's outcome: alone, or with the batch's others
+// that are ready at the same moment.
+func (r *run) commit(ctx context.Context, g *limits.Gates, o limits.Outcome) (limits.Committed, error) {
+	if r.group != nil {
+		return r.group.commit(ctx, o)
+	}
+	return g.Commit(ctx, r.keys, o)
 }
 
 // redisNow is Redis' clock now, from the clock Admit answered with and the
