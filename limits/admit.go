@@ -57,119 +57,141 @@ import (
 // finds it again if its worker dies (turnScript); a drop of a delivery
 // that ended or whose record is gone takes it out of out and runs.
 var admitScript = script(`
-local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
-  fresh = KEYS[8], rec = KEYS[9], stats = KEYS[10], retry = KEYS[11], runs = KEYS[12]}
-local ev, token = ARGV[1], ARGV[2]
-local f = gate_fields(k.gate)
-local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'm', 'c', 'u', 'p', 't', 'n', 'pk', 'nx', 'ce', 'lr')
-if not f.gen then return {1, 'the subscriber was deleted'} end
-local function gone(reply)
-  redis.call('ZREM', k.out, ev)
-  redis.call('ZREM', k.runs, ev)
-  return reply
-end
-if not d[1] then return gone({1, 'no delivery record (past its retention)'}) end
--- (the record says which generation's the delivery is: one of the new
--- generation would have replaced it, so out and runs hold the old one)
-if d[1] ~= f.gen then return gone({1, 'the subscriber was deleted and created again since'}) end
-if d[2] == 'delivered' then return gone({1, 'delivered already'}) end
-if d[2] == 'dead' then return gone({2}) end
-local now, t = now_ms()
-local function parked_at()
-  return tonumber(redis.call('ZSCORE', k.lot, ev) or '-1')
-end
-local function admitted(flags, spent, requests)
-  return {0, flags, spent, d[5] or '1', d[4] or '0', d[7] or '0', d[8] or '0', d[9] or '', requests, f.cv or '', now, d[13] or '', f.gen}
-end
-local flags = ''
-if d[11] == token then return {6, d[2], parked_at()} end -- parked by this run: a retried call
-if d[3] == token and d[2] == 'in_flight' then -- admitted this run: a retried call
-  return admitted('', tonumber(d[6] or '1') - 1, tonumber(d[10] or '1'))
-end
-if d[3] and d[3] ~= token then
-  local slot = tonumber(redis.call('ZSCORE', k.inflight, d[3]) or '0')
-  if slot > now then return {7, slot - now} end
-  if d[2] == 'in_flight' then flags = 'l' end
-end
-local x = tonumber(d[4]) or 0
-if x > 0 and x <= now then
-  redis.call('HSET', k.rec, 'tk', token)
-  redis.call('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
-  return {3, x, now}
-end
-local parked = parked_at()
-if parked > now then return {6, d[2], parked} end -- a stale task: its lot entry moves it
--- taken from the lot by its run, not a turn (see the turn's hand)
-local woke = parked >= 0 and woken(f, parked, now)
-if woke then
-  redis.call('HSET', k.rec, 'ce', woke)
-  d[13] = woke
-end
-local function refuse(state, at, notify)
-  park(k, ev, state, at, x > 0 and x or nil)
-  redis.call('HSET', k.rec, 'pk', token)
-  redis.call('HINCRBY', k.stats, 'deferred:' .. state, 1)
-  return {6, state, notify}
-end
-if f.paused then return refuse('held', now, -1) end
-local probe = false
-if f.b_open then
-  if f.b_pe ~= ev then return refuse('held', now, math.max(tonumber(f.b_next) or now, tonumber(f.b_probe) or now)) end
-  probe = true
-end
-local cool = tonumber(redis.call('GET', k.cool) or '0')
-if cool > now then
-  if probe then redis.call('HDEL', k.gate, 'b_probe', 'b_pe') end
-  return refuse('cooling', cool, cool)
-end
-local reserved = ARGV[5] == '1' and d[3] == token
-local new_tat, ttl_s
-if not reserved then
-  local rate, burst = effective(k.gate, f, now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[13]))
-  local T = tonumber(ARGV[8]) / 1000 / rate
-  local nows = gcra_now(t)
-  local tat = math.max(tonumber(redis.call('GET', k.gcra) or '0'), nows)
-  new_tat = tat + T
-  local wait = new_tat - T * burst - nows
-  ttl_s = math.max(1, math.ceil(new_tat - nows))
-  if wait > 0 and (probe or wait * 1000 > tonumber(ARGV[4])) then
-    local at = now + math.ceil(wait * 1000)
-    if probe then redis.call('HDEL', k.gate, 'b_probe', 'b_pe') end
-    return refuse('scheduled', at, at)
-  end
-  if wait > 0 then
-    redis.call('SET', k.gcra, new_tat, 'EX', ttl_s)
+-- what one script reads once for every request of its group (g.f: the
+-- gate record's fields, read again after a request writes them; g.now,
+-- g.t: the clock; g.cool: the cooldown; g.tat: the limiter as the group
+-- left it; g.slots: the in-flight set's lifetime, once a slot was taken)
+local g = {now = nil}
+g.now, g.t = now_ms()
+g.cool = tonumber(redis.call('GET', KEYS[2]) or '0')
+-- one request: KEYS and ARGV as the comment above lays them out
+local function admit(KEYS, ARGV)
+  g.f = g.f or gate_fields(KEYS[1])
+  local f, now, t, cool = g.f, g.now, g.t, g.cool
+  local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
+    fresh = KEYS[8], rec = KEYS[9], stats = KEYS[10], retry = KEYS[11], runs = KEYS[12]}
+  local ev, token = ARGV[1], ARGV[2]
+  local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'm', 'c', 'u', 'p', 't', 'n', 'pk', 'nx', 'ce', 'lr')
+  if not f.gen then return {1, 'the subscriber was deleted'} end
+  local function gone(reply)
     redis.call('ZREM', k.out, ev)
-    if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev); redis.call('SREM', k.retry, ev) end
-    redis.call('HSET', k.rec, 'tk', token, 's', 'pending')
-    redis.call('ZADD', k.runs, now + math.ceil(wait * 1000) + tonumber(ARGV[3]), ev)
-    return {5, math.ceil(wait * 1000)}
+    redis.call('ZREM', k.runs, ev)
+    return reply
   end
+  if not d[1] then return gone({1, 'no delivery record (past its retention)'}) end
+  -- (the record says which generation's the delivery is: one of the new
+  -- generation would have replaced it, so out and runs hold the old one)
+  if d[1] ~= f.gen then return gone({1, 'the subscriber was deleted and created again since'}) end
+  if d[2] == 'delivered' then return gone({1, 'delivered already'}) end
+  if d[2] == 'dead' then return gone({2}) end
+  local function parked_at()
+    return tonumber(redis.call('ZSCORE', k.lot, ev) or '-1')
+  end
+  local function admitted(flags, spent, requests)
+    return {0, flags, spent, d[5] or '1', d[4] or '0', d[7] or '0', d[8] or '0', d[9] or '', requests, f.cv or '', now, d[13] or '', f.gen}
+  end
+  local flags = ''
+  if d[11] == token then return {6, d[2], parked_at()} end -- parked by this run: a retried call
+  if d[3] == token and d[2] == 'in_flight' then -- admitted this run: a retried call
+    return admitted('', tonumber(d[6] or '1') - 1, tonumber(d[10] or '1'))
+  end
+  if d[3] and d[3] ~= token then
+    local slot = tonumber(redis.call('ZSCORE', k.inflight, d[3]) or '0')
+    if slot > now then return {7, slot - now} end
+    if d[2] == 'in_flight' then flags = 'l' end
+  end
+  local x = tonumber(d[4]) or 0
+  if x > 0 and x <= now then
+    redis.call('HSET', k.rec, 'tk', token)
+    redis.call('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
+    return {3, x, now}
+  end
+  local parked = parked_at()
+  if parked > now then return {6, d[2], parked} end -- a stale task: its lot entry moves it
+  -- taken from the lot by its run, not a turn (see the turn's hand)
+  local woke = parked >= 0 and woken(f, parked, now)
+  if woke then
+    redis.call('HSET', k.rec, 'ce', woke)
+    d[13] = woke
+  end
+  local function refuse(state, at, notify)
+    park(k, ev, state, at, x > 0 and x or nil)
+    redis.call('HSET', k.rec, 'pk', token)
+    redis.call('HINCRBY', k.stats, 'deferred:' .. state, 1)
+    return {6, state, notify}
+  end
+  if f.paused then return refuse('held', now, -1) end
+  local probe = false
+  if f.b_open then
+    if f.b_pe ~= ev then return refuse('held', now, math.max(tonumber(f.b_next) or now, tonumber(f.b_probe) or now)) end
+    probe = true
+  end
+  if cool > now then
+    if probe then redis.call('HDEL', k.gate, 'b_probe', 'b_pe'); g.f = nil end
+    return refuse('cooling', cool, cool)
+  end
+  local reserved = ARGV[5] == '1' and d[3] == token
+  local new_tat, ttl_s
+  if not reserved then
+    local rate, burst = effective(k.gate, f, now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[13]))
+    local T = tonumber(ARGV[8]) / 1000 / rate
+    local nows = gcra_now(t)
+    local tat = math.max(g.tat or tonumber(redis.call('GET', k.gcra) or '0'), nows)
+    new_tat = tat + T
+    local wait = new_tat - T * burst - nows
+    ttl_s = math.max(1, math.ceil(new_tat - nows))
+    if wait > 0 and (probe or wait * 1000 > tonumber(ARGV[4])) then
+      local at = now + math.ceil(wait * 1000)
+      if probe then redis.call('HDEL', k.gate, 'b_probe', 'b_pe'); g.f = nil end
+      return refuse('scheduled', at, at)
+    end
+    if wait > 0 then
+      redis.call('SET', k.gcra, new_tat, 'EX', ttl_s)
+      g.tat = new_tat
+      redis.call('ZREM', k.out, ev)
+      if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev); redis.call('SREM', k.retry, ev) end
+      redis.call('HSET', k.rec, 'tk', token, 's', 'pending')
+      redis.call('ZADD', k.runs, now + math.ceil(wait * 1000) + tonumber(ARGV[3]), ev)
+      return {5, math.ceil(wait * 1000)}
+    end
+  end
+  -- Slots whose run vanished lapse: they are trimmed when the live ones
+  -- look full.
+  if redis.call('ZCOUNT', k.inflight, now, '+inf') >= tonumber(ARGV[9]) then
+    redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
+    if redis.call('ZCARD', k.inflight) >= tonumber(ARGV[9]) then return {4} end
+  end
+  if not reserved then redis.call('SET', k.gcra, new_tat, 'EX', ttl_s); g.tat = new_tat end
+  redis.call('ZADD', k.inflight, now + tonumber(ARGV[3]), token)
+  g.slots = tonumber(ARGV[3]) + 1000
+  redis.call('ZREM', k.out, ev)
+  redis.call('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
+  if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev); redis.call('SREM', k.retry, ev) end
+  -- lr: a request of it was lost with a worker and is not yet on record
+  if d[14] then flags = flags .. 'l' end
+  local spent, requests = tonumber(d[6] or '0'), tonumber(d[10] or '0') + 1
+  redis.call('HSET', k.rec, 's', 'in_flight', 'tk', token, 'n', requests, 'c', spent + 1)
+  if d[12] then redis.call('HDEL', k.rec, 'nx') end
+  if probe then
+    redis.call('HSET', k.gate, 'b_probe', now + tonumber(ARGV[3])); g.f = nil
+    flags = flags .. 'p'
+  elseif f.b_fails then
+    flags = flags .. 'f'
+  end
+  return admitted(flags, spent, requests)
 end
--- Slots whose run vanished lapse: they are trimmed when the live ones
--- look full.
-if redis.call('ZCOUNT', k.inflight, now, '+inf') >= tonumber(ARGV[9]) then
-  redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
-  if redis.call('ZCARD', k.inflight) >= tonumber(ARGV[9]) then return {4} end
+local n, out, admitArgs = tonumber(ARGV[1]), {}, 14
+for i = 1, n do
+  local ks, as = {}, {}
+  for j = 1, 12 do ks[j] = KEYS[j] end
+  ks[9] = KEYS[12 + i]
+  for j = 1, admitArgs do as[j] = ARGV[1 + (i - 1) * admitArgs + j] end
+  local r = admit(ks, as)
+  out[#out + 1] = #r
+  for _, v in ipairs(r) do out[#out + 1] = v end
 end
-if not reserved then redis.call('SET', k.gcra, new_tat, 'EX', ttl_s) end
-redis.call('ZADD', k.inflight, now + tonumber(ARGV[3]), token)
-redis.call('PEXPIRE', k.inflight, tonumber(ARGV[3]) + 1000)
-redis.call('ZREM', k.out, ev)
-redis.call('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
-if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev); redis.call('SREM', k.retry, ev) end
--- lr: a request of it was lost with a worker and is not yet on record
-if d[14] then flags = flags .. 'l' end
-local spent, requests = tonumber(d[6] or '0'), tonumber(d[10] or '0') + 1
-redis.call('HSET', k.rec, 's', 'in_flight', 'tk', token, 'n', requests, 'c', spent + 1)
-if d[12] then redis.call('HDEL', k.rec, 'nx') end
-if probe then
-  redis.call('HSET', k.gate, 'b_probe', now + tonumber(ARGV[3]))
-  flags = flags .. 'p'
-elseif f.b_fails then
-  flags = flags .. 'f'
-end
-return admitted(flags, spent, requests)`)
+if g.slots then redis.call('PEXPIRE', KEYS[3], g.slots) end
+return out`)
 
 // Admission is Admit's answer. Durations are from now, in Redis' clock.
 type Admission struct {
@@ -240,49 +262,98 @@ func NewToken() string {
 // Admit runs a delivery's run through its record and its gates in one
 // round trip (see admitScript), with the read of its stored event.
 func (g *Gates) Admit(ctx context.Context, k GateKeys, r AdmitRequest) (Admission, error) {
-	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(r.EventID), k.Stats, k.Retry, k.Runs}
-	args := append([]any{r.EventID, r.Token, r.SlotTTL.Milliseconds(), r.Reserve.Milliseconds(), flag(r.Reserved)}, r.Pace.args()...)
-	if r.Read == "" {
-		return admission(g.run(ctx, admitScript, keys, args...))
-	}
-	var body *redis.StringCmd
-	var admit *redis.Cmd
-	_, _ = g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		body = p.HGet(ctx, r.Read, r.ReadField)
-		admit = admitScript.EvalSha(ctx, p, keys, args...)
-		return nil
-	})
-	res, aerr := admit.Slice()
-	if IsNoScript(aerr) { // Redis does not know it yet: sent again in full
-		res, aerr = admitScript.Eval(ctx, g.rdb, keys, args...).Slice()
-	}
-	a, err := admission(res, aerr)
-	switch v, rerr := body.Result(); {
-	case rerr == nil:
-		a.Value, a.Found = map[string]string{r.ReadField: v}, true
-	case !errors.Is(rerr, redis.Nil):
-		a.ReadErr = rerr
-	case r.Legacy != "":
-		// Not stored by this release: the release before's string, read
-		// apart (only its adopted deliveries pay the round trip).
-		if v, lerr := g.rdb.Get(ctx, r.Legacy).Result(); lerr == nil {
-			a.Value, a.Found = map[string]string{"": v}, true
-		} else if !errors.Is(lerr, redis.Nil) {
-			a.ReadErr = lerr
-		}
-	}
-	return a, err
-}
-
-// admission reads admitScript's reply.
-func admission(res []any, err error) (Admission, error) {
+	as, err := g.AdmitGroup(ctx, k, []AdmitRequest{r})
 	if err != nil {
 		return Admission{}, err
 	}
-	r := replyStrings(res)
-	if len(r) == 0 {
-		return Admission{}, fmt.Errorf("admit: unexpected reply %v", res)
+	return as[0], nil
+}
+
+// AdmitGroup runs several runs of one subscriber's deliveries (a
+// batch's, worker/batch.go) through their records and gates in one
+// script, each as Admit does, in their order, with the reads of their
+// stored events in the same round trip: what every request needs (the
+// gate record, the clock, the cooldown, the limiter) is read once.
+func (g *Gates) AdmitGroup(ctx context.Context, k GateKeys, rs []AdmitRequest) ([]Admission, error) {
+	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(rs[0].EventID), k.Stats, k.Retry, k.Runs}
+	args := make([]any, 1, 1+admitArgs*len(rs))
+	args[0] = len(rs)
+	for _, r := range rs {
+		keys = append(keys, k.record(r.EventID))
+		args = append(append(args, r.EventID, r.Token, r.SlotTTL.Milliseconds(), r.Reserve.Milliseconds(), flag(r.Reserved)), r.Pace.args()...)
 	}
+	bodies := make([]*redis.StringCmd, len(rs))
+	var admit *redis.Cmd
+	_, _ = g.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range rs {
+			if r.Read != "" {
+				bodies[i] = p.HGet(ctx, r.Read, r.ReadField)
+			}
+		}
+		admit = admitScript.EvalSha(ctx, p, keys, args...)
+		return nil
+	})
+	res, err := admit.Slice()
+	if IsNoScript(err) { // Redis does not know it yet: sent again in full
+		res, err = admitScript.Eval(ctx, g.rdb, keys, args...).Slice()
+	}
+	if err != nil {
+		return nil, err
+	}
+	r := replyStrings(res)
+	out := make([]Admission, 0, len(rs))
+	for i := 0; i < len(r) && len(out) < len(rs); {
+		n, _ := strconv.Atoi(r[i])
+		if n < 1 || i+1+n > len(r) {
+			break
+		}
+		a, err := admission(r[i+1 : i+1+n])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+		i += 1 + n
+	}
+	if len(out) != len(rs) {
+		return nil, fmt.Errorf("admit: unexpected reply %v", res)
+	}
+	for i, req := range rs {
+		if bodies[i] != nil {
+			out[i].Value, out[i].Found, out[i].ReadErr = g.readBody(ctx, bodies[i], req.ReadField, req.Legacy)
+		}
+	}
+	return out, nil
+}
+
+// admitArgs is how many arguments admitScript takes per request.
+const admitArgs = 14
+
+// readBody is a stored event's body from its read (or the release
+// before's string, key Legacy, read apart when the hash holds none).
+func (g *Gates) readBody(ctx context.Context, body *redis.StringCmd, field, legacy string) (map[string]string, bool, error) {
+	switch v, err := body.Result(); {
+	case err == nil:
+		return map[string]string{field: v}, true, nil
+	case !errors.Is(err, redis.Nil):
+		return nil, false, err
+	case legacy != "":
+		// Not stored by this release: the release before's string, read
+		// apart (only its adopted deliveries pay the round trip).
+		if v, lerr := g.rdb.Get(ctx, legacy).Result(); lerr == nil {
+			return map[string]string{"": v}, true, nil
+		} else if !errors.Is(lerr, redis.Nil) {
+			return nil, false, lerr
+		}
+	}
+	return nil, false, nil
+}
+
+// admission reads admitScript's reply to one request.
+func admission(r []string) (Admission, error) {
+	if len(r) == 0 {
+		return Admission{}, fmt.Errorf("admit: unexpected reply %v", r)
+	}
+	res := r
 	ms := func(i int) time.Time {
 		if i >= len(r) {
 			return time.Time{}

@@ -2,6 +2,7 @@ package limits_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -312,5 +313,51 @@ func TestAdmitReadsTheStoredEventInItsRoundTrip(t *testing.T) {
 	}
 	if together != 4 || apart != 1 {
 		t.Errorf("%d round trips held the read and the script, %d read the old string apart; want 4 (one per admit) and 1", together, apart)
+	}
+}
+
+// A group of Admits (a batch's) is each request's Admit, in order, in one
+// script: with 2 in-flight slots the first two take them and the limiter
+// twice, the third finds them full and writes nothing; the group sent
+// again under the same tokens (a lost reply) is recognised as itself.
+func TestAdmitGroupAdmitsEachInOrder(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.pace.MaxInFlight = 2
+	b.pace.Limit = limits.Limit{Rate: 10, Burst: 10, Period: time.Second} // 100 ms a request
+	evs := []string{"a1", "a2", "a3"}
+	var rs []limits.AdmitRequest
+	for _, ev := range evs {
+		b.book(t, ev)
+		rs = append(rs, limits.AdmitRequest{EventID: ev, Token: limits.NewToken(), SlotTTL: time.Minute, Pace: b.pace,
+			Read: b.k.Deliveries + ev, ReadField: "s"})
+	}
+	for try := range 2 {
+		as, err := b.g.AdmitGroup(ctx, b.k, rs)
+		if err != nil || len(as) != 3 {
+			t.Fatalf("try %d: %v, %v", try, as, err)
+		}
+		if !as[0].Admitted || !as[1].Admitted || !as[2].Busy {
+			t.Fatalf("try %d: %+v; want admitted, admitted, busy", try, as)
+		}
+		if !as[0].Found || as[0].Value["s"] != "pending" && as[0].Value["s"] != "in_flight" {
+			t.Fatalf("try %d: the read beside it: %+v", try, as[0].Value)
+		}
+	}
+	if n := b.rdb.ZCard(ctx, b.k.InFlight).Val(); n != 2 || b.rdb.PTTL(ctx, b.k.InFlight).Val() <= 0 {
+		t.Fatalf("%d slots (ttl %v); want 2, expiring", n, b.rdb.PTTL(ctx, b.k.InFlight).Val())
+	}
+	for i, ev := range evs[:2] {
+		if b.rec(t, ev, "s") != "in_flight" || b.rec(t, ev, "tk") != rs[i].Token || b.score(b.k.Runs, ev) < 0 {
+			t.Fatalf("%s: %v; want in flight, its run's, in runs", ev, b.rdb.HGetAll(ctx, b.k.Deliveries+ev).Val())
+		}
+	}
+	if b.rec(t, "a3", "tk") != "" || b.rec(t, "a3", "c") != "" {
+		t.Fatalf("a3 busy but written: %v", b.rdb.HGetAll(ctx, b.k.Deliveries+"a3").Val())
+	}
+	// redis_rate's clock: seconds since 2017-01-01
+	tat, _ := strconv.ParseFloat(b.rdb.Get(ctx, b.k.Rate).Val(), 64)
+	ahead := tat - (float64(b.redisNow(t).UnixMicro())/1e6 - 1483228800)
+	if ahead < 0.15 || ahead > 0.2 {
+		t.Fatalf("the limiter %.3fs ahead of now; want the two admitted requests' 0.2s", ahead)
 	}
 }

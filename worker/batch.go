@@ -46,10 +46,17 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 	}
 	answers := make([]error, len(d.EventIDs))
 	var wg sync.WaitGroup
-	group := &commitGroup{gates: h.gates, keys: h.keys.Gates(d.SubscriberID)}
+	keys := h.keys.Gates(d.SubscriberID)
+	calls := &batchCalls{
+		admits: group[limits.AdmitRequest, limits.Admission]{send: func(ctx context.Context, rs []limits.AdmitRequest) ([]limits.Admission, error) {
+			return h.gates.AdmitGroup(ctx, keys, rs)
+		}},
+		commits: group[limits.Outcome, limits.Committed]{send: func(ctx context.Context, os []limits.Outcome) ([]limits.Committed, error) {
+			return h.gates.CommitGroup(ctx, keys, os)
+		}},
+	}
 	for i, ev := range d.EventIDs {
-		r := &run{taskID: tasks.TaskID(d.SubscriberID, ev), queue: b.queue, sub: d.SubscriberID, event: ev,
-			keys: h.keys.Gates(d.SubscriberID), batch: true, group: group}
+		r := &run{taskID: tasks.TaskID(d.SubscriberID, ev), queue: b.queue, sub: d.SubscriberID, event: ev, keys: keys, batch: calls}
 		r.payload = tasks.NewDeliverTask(d.SubscriberID, ev).Payload()
 		wg.Go(func() { answers[i] = h.deliver(ctx, r, sub) })
 	}
@@ -76,62 +83,68 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 	return again
 }
 
-// commitGroup commits a batch's outcomes: an outcome ready while no commit
-// of the batch is on its way goes at once; those that come while one is
-// go together in the next (limits.Gates.CommitGroup), as a database's
-// group commit does. No outcome waits for another's request.
-type commitGroup struct {
-	gates *limits.Gates
-	keys  limits.GateKeys
+// group sends a batch's calls of one script (its Admits, its commits)
+// together: a call made while none of the batch's is on its way goes at
+// once; those made while one is go together in the next, as a
+// database's group commit does. No call waits for another delivery's
+// request.
+type group[In, Out any] struct {
+	send func(context.Context, []In) ([]Out, error)
 
 	mu      sync.Mutex
-	waiting []*groupCommit
-	writing bool
+	waiting []*groupCall[In, Out]
+	sending bool
 }
 
-type groupCommit struct {
-	o    limits.Outcome
-	c    limits.Committed
+type groupCall[In, Out any] struct {
+	in   In
+	out  Out
 	err  error
 	done chan struct{}
 }
 
-func (g *commitGroup) commit(ctx context.Context, o limits.Outcome) (limits.Committed, error) {
-	p := &groupCommit{o: o, done: make(chan struct{})}
+func (g *group[In, Out]) call(ctx context.Context, in In) (Out, error) {
+	c := &groupCall[In, Out]{in: in, done: make(chan struct{})}
 	g.mu.Lock()
-	g.waiting = append(g.waiting, p)
-	lead := !g.writing
-	g.writing = true
+	g.waiting = append(g.waiting, c)
+	lead := !g.sending
+	g.sending = true
 	g.mu.Unlock()
 	if lead {
-		g.write(ctx)
+		g.drain(ctx)
 	}
-	<-p.done
-	return p.c, p.err
+	<-c.done
+	return c.out, c.err
 }
 
-// write commits what waits, group after group, until nothing does.
-func (g *commitGroup) write(ctx context.Context) {
+// drain sends what waits, group after group, until nothing does.
+func (g *group[In, Out]) drain(ctx context.Context) {
 	for {
 		g.mu.Lock()
-		ps := g.waiting
+		cs := g.waiting
 		g.waiting = nil
-		if len(ps) == 0 {
-			g.writing = false
+		if len(cs) == 0 {
+			g.sending = false
 			g.mu.Unlock()
 			return
 		}
 		g.mu.Unlock()
-		os := make([]limits.Outcome, len(ps))
-		for i, p := range ps {
-			os[i] = p.o
+		ins := make([]In, len(cs))
+		for i, c := range cs {
+			ins[i] = c.in
 		}
-		cs, err := g.gates.CommitGroup(ctx, g.keys, os)
-		for i, p := range ps {
-			if p.err = err; err == nil {
-				p.c = cs[i]
+		outs, err := g.send(ctx, ins)
+		for i, c := range cs {
+			if c.err = err; err == nil {
+				c.out = outs[i]
 			}
-			close(p.done)
+			close(c.done)
 		}
 	}
+}
+
+// batchCalls are a batch's grouped script calls.
+type batchCalls struct {
+	admits  group[limits.AdmitRequest, limits.Admission]
+	commits group[limits.Outcome, limits.Committed]
 }

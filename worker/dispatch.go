@@ -243,6 +243,10 @@ func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
 			case !enqueued:
 				// its task is still in asynq (a killed run's, which asynq's
 				// lease recovery runs again): nothing was lost
+			case len(g) > 1:
+				if s := h.srvs.Load(); s != nil {
+					s.handedOut(cmpRegion(sub.Region), g[0].Lane)
+				}
 			case g[0].Lost:
 				h.rescued(id, RescuedLostRun, 1)
 			case g[0].Again:

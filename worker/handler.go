@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -58,6 +59,7 @@ type handler struct {
 	disp   *dispatchers // told when this process frees a slot or parks a delivery
 	caps   rateCaps     // the receivers' RateLimit-Policy caps written
 	shards int
+	srvs   *atomic.Pointer[servers] // the worker's, once started: a lane handed a batch is busy (servers.handedOut)
 }
 
 // ProcessTask runs a task: one delivery (deliver), or a batch of one
@@ -193,7 +195,7 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 		case a.Drop != "":
 			return h.dropped(r, a.Drop)
 		case a.DeadAlready:
-			if replayed || r.batch {
+			if replayed || r.batch != nil {
 				// (a batch's delivery is never an operator's Run from the
 				// archive: its batch has its dead copy archived)
 				return fmt.Errorf("dead-lettered: %w", asynq.SkipRetry)
@@ -257,7 +259,7 @@ func (h *handler) admitOnce(ctx context.Context, r *run, req limits.AdmitRequest
 	var a limits.Admission
 	var err error
 	for try, wait := 0, 100*time.Millisecond; ; try, wait = try+1, 4*wait {
-		err = fault(ctx, FaultAdmit, func() (err error) { a, err = h.gates.Admit(ctx, r.keys, req); return err })
+		err = fault(ctx, FaultAdmit, func() (err error) { a, err = r.admit(ctx, h.gates, req); return err })
 		if err == nil || try == 2 || ctx.Err() != nil {
 			return a, err
 		}

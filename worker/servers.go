@@ -153,6 +153,12 @@ func (s *servers) startLoop(l *laneLoops, i int) error {
 	}
 	cfg := s.w.asynqConfig(s.queuesOf(l.region, l.lane), conc[i])
 	switch {
+	case i == 1:
+		// The first of the others, there for a busy lane, looks again
+		// soon after finding it empty: the next turn's batch waits for
+		// no poll (quickLoopPoll).
+		cfg.TaskCheckInterval = quickLoopPoll
+		cfg.DelayedTaskCheckInterval = max(cfg.DelayedTaskCheckInterval, extraLoopForward)
 	case i > 0:
 		// The lane's first Server polls an idle lane and forwards due
 		// tasks at the configured pace; the others, there for a busy
@@ -189,6 +195,24 @@ func (s *servers) startExtras(l *laneLoops) {
 			go shutdownAll(stopping)
 			return
 		}
+	}
+}
+
+// handedOut tells region's lane that this process's dispatcher handed it
+// a batch: a busy lane, whose queue a turn fills a batch at a time and
+// its Servers empty between turns. Its Servers after its first start, if
+// they do not run, and its quick one takes each batch within a poll of
+// quickLoopPoll, not of Config.PollInterval.
+func (s *servers) handedOut(region, lane string) {
+	s.mu.Lock()
+	l := s.lanes[region+"/"+lane]
+	s.mu.Unlock()
+	if l == nil {
+		return
+	}
+	l.last.Store(time.Now().UnixNano())
+	if l.extras.CompareAndSwap(false, true) {
+		go s.startExtras(l)
 	}
 }
 
@@ -267,9 +291,12 @@ func (s *servers) served() []string {
 
 // A lane's Servers after its first poll an empty lane every extraLoopPoll
 // (asynq sleeps half to one and a half of it between tries; shutting down
-// waits for that sleep), forward due tasks every extraLoopForward, and
-// stop once the lane has run nothing for extraLoopLinger.
+// waits for that sleep), the second of them every quickLoopPoll (50 tries
+// a second, one command each, while its lane is busy), forward due tasks
+// every extraLoopForward, and stop once the lane has run nothing for
+// extraLoopLinger.
 const (
+	quickLoopPoll    = 20 * time.Millisecond
 	extraLoopPoll    = 500 * time.Millisecond
 	extraLoopForward = 5 * time.Second
 	extraLoopLinger  = time.Minute

@@ -68,18 +68,26 @@ type run struct {
 	// it could not be written (its commit writes it).
 	coolUntil time.Time
 	coolLost  bool
-	// batch: the delivery is one of a batch task's (batch.go); taskID and
-	// payload are then its own single-delivery task's, which it is
-	// archived as if it dies.
-	batch bool
-	group *commitGroup // a batch's: its outcomes' commits go together
+	// batch: the delivery is one of a batch task's (batch.go), whose
+	// Admits and commits go together; taskID and payload are then its own
+	// single-delivery task's, which it is archived as if it dies.
+	batch *batchCalls
+}
+
+// admit runs Admit for the run: alone, or with the batch's others asked
+// for at the same moment.
+func (r *run) admit(ctx context.Context, g *limits.Gates, req limits.AdmitRequest) (limits.Admission, error) {
+	if r.batch != nil {
+		return r.batch.admits.call(ctx, req)
+	}
+	return g.Admit(ctx, r.keys, req)
 }
 
 // commit commits the run's outcome: alone, or with the batch's others
 // that are ready at the same moment.
 func (r *run) commit(ctx context.Context, g *limits.Gates, o limits.Outcome) (limits.Committed, error) {
-	if r.group != nil {
-		return r.group.commit(ctx, o)
+	if r.batch != nil {
+		return r.batch.commits.call(ctx, o)
 	}
 	return g.Commit(ctx, r.keys, o)
 }

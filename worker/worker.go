@@ -83,6 +83,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	h.disp = newDispatchers(h)
+	h.srvs = &w.srvs
 	w.h = h
 	h.totals = newTotals(w.rdb, keys, cfg.Logger, &w.stats)
 	w.totals = h.totals
