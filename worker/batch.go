@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -53,6 +55,9 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 		}},
 		commits: group[limits.Outcome, limits.Committed]{send: func(ctx context.Context, os []limits.Outcome) ([]limits.Committed, error) {
 			return h.gates.CommitGroup(ctx, keys, os)
+		}},
+		notifies: group[time.Time, struct{}]{send: func(ctx context.Context, ats []time.Time) ([]struct{}, error) {
+			return make([]struct{}, len(ats)), h.gates.Notify(ctx, h.keys.Ready(h.keys.QueueRegion(b.queue)), d.SubscriberID, slices.MinFunc(ats, time.Time.Compare))
 		}},
 	}
 	for i, ev := range d.EventIDs {
@@ -145,6 +150,7 @@ func (g *group[In, Out]) drain(ctx context.Context) {
 
 // batchCalls are a batch's grouped script calls.
 type batchCalls struct {
-	admits  group[limits.AdmitRequest, limits.Admission]
-	commits group[limits.Outcome, limits.Committed]
+	admits   group[limits.AdmitRequest, limits.Admission]
+	commits  group[limits.Outcome, limits.Committed]
+	notifies group[time.Time, struct{}] // the ready index told (ZADD LT: the earliest counts)
 }

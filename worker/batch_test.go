@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,5 +256,70 @@ func TestBatchesGroupDueHandOutsByLane(t *testing.T) {
 	}
 	if want := []string{"ac", "be", "p", "d", "o", "r"}; !slices.Equal(got, want) {
 		t.Fatalf("batches %q; want %q", got, want)
+	}
+}
+
+// SIGTERM in the middle of a batch: the two requests answered are
+// committed, the two the receiver holds are cut by the shutdown timeout,
+// spend no attempt and go back with the batch's task, which asynq puts
+// back; the next worker sends only those two again.
+func TestBatchSIGTERMCommitsTheAnsweredAndPutsBackTheRest(t *testing.T) {
+	var holding atomic.Bool
+	holding.Store(true)
+	rc := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, id string) bool {
+		if (id == "t2" || id == "t3") && holding.Load() {
+			<-r.Context().Done() // never answered before the shutdown cuts it
+			return false
+		}
+		return true
+	})
+	b := newCrashBundle(t, testkit.Namespace("term-batch-"), tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 4})
+	ids := []string{"t0", "t1", "t2", "t3"}
+	publishHeld(t, b.p, "s", ids)
+	w := startProc(t, redisURL(), b.ns)
+	ctx := context.Background()
+	k := tasks.Keys(b.ns)
+	testkit.Eventually(t, 10*time.Second, "t0 and t1 committed, t2 and t3 held open, in one batch task", func() bool {
+		held := 0
+		for _, a := range rc.Got() {
+			if a.ID == "t2" || a.ID == "t3" {
+				held++
+			}
+		}
+		return held == 2 && b.rdb.HGet(ctx, k.Delivery("s", "t0"), "s").Val() == tasks.StateDelivered &&
+			b.rdb.HGet(ctx, k.Delivery("s", "t1"), "s").Val() == tasks.StateDelivered && len(batchTasks(t, b.insp, b.ns, "s")) == 1
+	})
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !w.wait(10 * time.Second) {
+		t.Fatal("worker still running 10s after SIGTERM")
+	}
+	holding.Store(false)
+	for _, ev := range []string{"t2", "t3"} {
+		rec, err := b.p.GetDelivery(ctx, "s", ev)
+		if err != nil || rec.AttemptsSpent != 0 || rec.State != tasks.StatePending {
+			t.Fatalf("%s after the shutdown: %s, %d attempts spent (%v); want pending, none spent", ev, rec.State, rec.AttemptsSpent, err)
+		}
+	}
+	if bt := batchTasks(t, b.insp, b.ns, "s"); len(bt) != 1 {
+		t.Fatalf("batch tasks after the shutdown %q; want the one put back", bt)
+	}
+	startProc(t, redisURL(), b.ns)
+	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, rc, 30*time.Second)
+	if len(c.lost) > 0 || c.delivered != len(ids) {
+		t.Fatalf("%s; want all delivered", c)
+	}
+	n := map[string]int{}
+	for _, a := range rc.Got() {
+		n[a.ID]++
+	}
+	if n["t0"] != 1 || n["t1"] != 1 || n["t2"] != 2 || n["t3"] != 2 {
+		t.Fatalf("requests per event %v; want t0 and t1 once (committed before the shutdown), t2 and t3 twice", n)
+	}
+	for _, ev := range ids {
+		if rec, _ := b.p.GetDelivery(ctx, "s", ev); rec.AttemptsSpent != 1 {
+			t.Fatalf("%s: %d attempts spent; want 1 (the cut request spends none)", ev, rec.AttemptsSpent)
+		}
 	}
 }

@@ -377,7 +377,13 @@ func (h *handler) notify(r *run, at time.Time) error {
 	}
 	ctx := context.Background()
 	region := h.keys.QueueRegion(r.queue)
-	if err := fault(ctx, FaultReadyWrite, func() error { return h.gates.Notify(ctx, h.keys.Ready(region), r.sub, at) }); err != nil {
+	write := func(ctx context.Context, at time.Time) error { return h.gates.Notify(ctx, h.keys.Ready(region), r.sub, at) }
+	if r.batch != nil {
+		// a batch's deliveries that ask at one moment ask once, for the
+		// earliest of their times
+		write = func(ctx context.Context, at time.Time) error { _, err := r.batch.notifies.call(ctx, at); return err }
+	}
+	if err := fault(ctx, FaultReadyWrite, func() error { return write(ctx, at) }); err != nil {
 		return h.infra("ready index", r.sub, err)
 	}
 	h.disp.poke(region, at)
