@@ -300,22 +300,15 @@ func (g *Gates) AdmitGroup(ctx context.Context, k GateKeys, rs []AdmitRequest) (
 	if err != nil {
 		return nil, err
 	}
-	r := replyStrings(res)
-	out := make([]Admission, 0, len(rs))
-	for i := 0; i < len(r) && len(out) < len(rs); {
-		n, _ := strconv.Atoi(r[i])
-		if n < 1 || i+1+n > len(r) {
-			break
-		}
-		a, err := admission(r[i+1 : i+1+n])
-		if err != nil {
+	replies, err := splitReplies("admit", res, len(rs), 1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Admission, len(rs))
+	for i, r := range replies {
+		if out[i], err = admission(r); err != nil {
 			return nil, err
 		}
-		out = append(out, a)
-		i += 1 + n
-	}
-	if len(out) != len(rs) {
-		return nil, fmt.Errorf("admit: unexpected reply %v", res)
 	}
 	for i, req := range rs {
 		if bodies[i] != nil {

@@ -2,7 +2,6 @@ package limits
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 )
@@ -396,18 +395,13 @@ func (g *Gates) CommitGroup(ctx context.Context, k GateKeys, os []Outcome) ([]Co
 	if err != nil {
 		return nil, err
 	}
-	r := replyStrings(res)
-	out := make([]Committed, 0, len(os))
-	for i := 0; i < len(r) && len(out) < len(os); {
-		n, _ := strconv.Atoi(r[i])
-		if n < 5 || i+1+n > len(r) {
-			break
-		}
-		out = append(out, committed(r[i+1:i+1+n]))
-		i += 1 + n
+	replies, err := splitReplies("commit", res, len(os), 5)
+	if err != nil {
+		return nil, err
 	}
-	if len(out) != len(os) {
-		return nil, fmt.Errorf("commit: unexpected reply %v", res)
+	out := make([]Committed, len(os))
+	for i, r := range replies {
+		out[i] = committed(r)
 	}
 	return out, nil
 }

@@ -2,6 +2,8 @@ package limits
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -53,3 +55,23 @@ func (g *Gates) RunScripts(ctx context.Context, calls []*Call) {
 // does not know (a first call, or after a restart or failover): the
 // script did not run, and may be sent again in full.
 func IsNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// splitReplies cuts a group script's reply ({length, its reply…, length,
+// …}: Admit's and Commit's) into its n replies, each at least least
+// long.
+func splitReplies(what string, res []any, n, least int) ([][]string, error) {
+	r := replyStrings(res)
+	out := make([][]string, 0, n)
+	for i := 0; i < len(r) && len(out) < n; {
+		m, _ := strconv.Atoi(r[i])
+		if m < least || i+1+m > len(r) {
+			break
+		}
+		out = append(out, r[i+1:i+1+m])
+		i += 1 + m
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("%s: unexpected reply %v", what, res)
+	}
+	return out, nil
+}

@@ -194,49 +194,79 @@ func TestBatch429StopsItsUnsentDeliveries(t *testing.T) {
 	}
 }
 
+// batchHalfway is a batch of four deliveries (prefix0-3) to a subscriber
+// with 4 slots, run by a worker process: the first two answered and
+// committed, the other two held open by the receiver until holding is
+// cleared.
+type batchHalfway struct {
+	b       *crashBundle
+	rc      *testkit.Sink
+	w       *proc
+	ids     []string
+	holding *atomic.Bool
+}
+
+func startBatchHalfway(t *testing.T, prefix string) batchHalfway {
+	t.Helper()
+	h := batchHalfway{holding: &atomic.Bool{}}
+	for i := range 4 {
+		h.ids = append(h.ids, fmt.Sprintf("%s%d", prefix, i))
+	}
+	h.holding.Store(true)
+	h.rc = testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, id string) bool {
+		if (id == h.ids[2] || id == h.ids[3]) && h.holding.Load() {
+			<-r.Context().Done() // the worker is gone, or cut the request, before the answer
+			return false
+		}
+		return true
+	})
+	h.b = newCrashBundle(t, testkit.Namespace(prefix+"-batch-"), tasks.Subscriber{ID: "s", URL: h.rc.URL, Limit: fast, MaxInFlight: 4})
+	publishHeld(t, h.b.p, "s", h.ids)
+	h.w = startProc(t, redisURL(), h.b.ns)
+	ctx := context.Background()
+	k := tasks.Keys(h.b.ns)
+	testkit.Eventually(t, 10*time.Second, "two committed, two held open, in one batch task", func() bool {
+		held := 0
+		for _, a := range h.rc.Got() {
+			if a.ID == h.ids[2] || a.ID == h.ids[3] {
+				held++
+			}
+		}
+		return held == 2 && h.b.rdb.HGet(ctx, k.Delivery("s", h.ids[0]), "s").Val() == tasks.StateDelivered &&
+			h.b.rdb.HGet(ctx, k.Delivery("s", h.ids[1]), "s").Val() == tasks.StateDelivered && len(batchTasks(t, h.b.insp, h.b.ns, "s")) == 1
+	})
+	return h
+}
+
+// finish has a new worker deliver what is left and checks that only the
+// two held were sent again.
+func (h batchHalfway) finish(t *testing.T) {
+	t.Helper()
+	startProc(t, redisURL(), h.b.ns)
+	c := settle(t, h.b.insp, h.b.rdb, h.b.ns, "s", h.ids, h.rc, 60*time.Second)
+	if len(c.lost) > 0 || c.delivered != len(h.ids) {
+		t.Fatalf("%s; want all delivered", c)
+	}
+	n := map[string]int{}
+	for _, a := range h.rc.Got() {
+		n[a.ID]++
+	}
+	for i, id := range h.ids {
+		if want := 1 + i/2; n[id] != want {
+			t.Fatalf("requests per event %v; want the first two once (committed before the stop), the other two twice", n)
+		}
+	}
+}
+
 // A worker killed (kill -9) in the middle of a batch, two of its four
 // deliveries answered and committed, the other two held open by the
 // receiver: the next worker sends only those two again.
 func TestBatchKilledMidwaySendsOnlyTheUncommittedAgain(t *testing.T) {
-	var holding atomic.Bool
-	holding.Store(true)
-	rc := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, id string) bool {
-		if (id == "k2" || id == "k3") && holding.Load() {
-			<-r.Context().Done() // the worker is gone before the answer
-		}
-		return true
-	})
-	b := newCrashBundle(t, testkit.Namespace("kill-batch-"), tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 4})
-	ids := []string{"k0", "k1", "k2", "k3"}
-	publishHeld(t, b.p, "s", ids)
-	w := startProc(t, redisURL(), b.ns)
-	ctx := context.Background()
-	k := tasks.Keys(b.ns)
-	testkit.Eventually(t, 10*time.Second, "k0 and k1 committed, k2 and k3 held open, in one batch task", func() bool {
-		held := 0
-		for _, a := range rc.Got() {
-			if a.ID == "k2" || a.ID == "k3" {
-				held++
-			}
-		}
-		return held == 2 && b.rdb.HGet(ctx, k.Delivery("s", "k0"), "s").Val() == tasks.StateDelivered &&
-			b.rdb.HGet(ctx, k.Delivery("s", "k1"), "s").Val() == tasks.StateDelivered && len(batchTasks(t, b.insp, b.ns, "s")) == 1
-	})
-	w.kill()
-	holding.Store(false)
-	expireLeases(t, b.rdb, b.ns, "s")
-	startProc(t, redisURL(), b.ns)
-	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, rc, 60*time.Second)
-	if len(c.lost) > 0 || c.delivered != len(ids) {
-		t.Fatalf("%s; want all delivered", c)
-	}
-	n := map[string]int{}
-	for _, a := range rc.Got() {
-		n[a.ID]++
-	}
-	if n["k0"] != 1 || n["k1"] != 1 || n["k2"] != 2 || n["k3"] != 2 {
-		t.Fatalf("requests per event %v; want k0 and k1 once (committed before the kill), k2 and k3 twice", n)
-	}
+	h := startBatchHalfway(t, "k")
+	h.w.kill()
+	h.holding.Store(false)
+	expireLeases(t, h.b.rdb, h.b.ns, "s")
+	h.finish(t)
 }
 
 // The dispatcher's grouping: a lane's due hand-outs in batches of at most
@@ -264,62 +294,67 @@ func TestBatchesGroupDueHandOutsByLane(t *testing.T) {
 // spend no attempt and go back with the batch's task, which asynq puts
 // back; the next worker sends only those two again.
 func TestBatchSIGTERMCommitsTheAnsweredAndPutsBackTheRest(t *testing.T) {
-	var holding atomic.Bool
-	holding.Store(true)
-	rc := testkit.NewReceiver(t, func(_ http.ResponseWriter, r *http.Request, id string) bool {
-		if (id == "t2" || id == "t3") && holding.Load() {
-			<-r.Context().Done() // never answered before the shutdown cuts it
-			return false
-		}
-		return true
-	})
-	b := newCrashBundle(t, testkit.Namespace("term-batch-"), tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 4})
-	ids := []string{"t0", "t1", "t2", "t3"}
-	publishHeld(t, b.p, "s", ids)
-	w := startProc(t, redisURL(), b.ns)
-	ctx := context.Background()
-	k := tasks.Keys(b.ns)
-	testkit.Eventually(t, 10*time.Second, "t0 and t1 committed, t2 and t3 held open, in one batch task", func() bool {
-		held := 0
-		for _, a := range rc.Got() {
-			if a.ID == "t2" || a.ID == "t3" {
-				held++
-			}
-		}
-		return held == 2 && b.rdb.HGet(ctx, k.Delivery("s", "t0"), "s").Val() == tasks.StateDelivered &&
-			b.rdb.HGet(ctx, k.Delivery("s", "t1"), "s").Val() == tasks.StateDelivered && len(batchTasks(t, b.insp, b.ns, "s")) == 1
-	})
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	h := startBatchHalfway(t, "t")
+	if err := h.w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if !w.wait(10 * time.Second) {
+	if !h.w.wait(10 * time.Second) {
 		t.Fatal("worker still running 10s after SIGTERM")
 	}
-	holding.Store(false)
-	for _, ev := range []string{"t2", "t3"} {
-		rec, err := b.p.GetDelivery(ctx, "s", ev)
+	h.holding.Store(false)
+	ctx := context.Background()
+	for _, ev := range h.ids[2:] {
+		rec, err := h.b.p.GetDelivery(ctx, "s", ev)
 		if err != nil || rec.AttemptsSpent != 0 || rec.State != tasks.StatePending {
 			t.Fatalf("%s after the shutdown: %s, %d attempts spent (%v); want pending, none spent", ev, rec.State, rec.AttemptsSpent, err)
 		}
 	}
-	if bt := batchTasks(t, b.insp, b.ns, "s"); len(bt) != 1 {
+	if bt := batchTasks(t, h.b.insp, h.b.ns, "s"); len(bt) != 1 {
 		t.Fatalf("batch tasks after the shutdown %q; want the one put back", bt)
 	}
-	startProc(t, redisURL(), b.ns)
-	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, rc, 30*time.Second)
-	if len(c.lost) > 0 || c.delivered != len(ids) {
-		t.Fatalf("%s; want all delivered", c)
-	}
-	n := map[string]int{}
-	for _, a := range rc.Got() {
-		n[a.ID]++
-	}
-	if n["t0"] != 1 || n["t1"] != 1 || n["t2"] != 2 || n["t3"] != 2 {
-		t.Fatalf("requests per event %v; want t0 and t1 once (committed before the shutdown), t2 and t3 twice", n)
-	}
-	for _, ev := range ids {
-		if rec, _ := b.p.GetDelivery(ctx, "s", ev); rec.AttemptsSpent != 1 {
+	h.finish(t)
+	for _, ev := range h.ids {
+		if rec, _ := h.b.p.GetDelivery(ctx, "s", ev); rec.AttemptsSpent != 1 {
 			t.Fatalf("%s: %d attempts spent; want 1 (the cut request spends none)", ev, rec.AttemptsSpent)
 		}
+	}
+}
+
+// A batch is one of asynq's handler slots: a worker sends no more
+// requests at once than its lanes' slots would, one delivery a task (2 ×
+// Concurrency), however many deliveries its batches carry.
+func TestBatchesSendNoMoreAtOnceThanTheHandlerSlots(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, worker.Config{Concurrency: 2})
+	var now, most atomic.Int64
+	s := testkit.NewReceiver(t, func(_ http.ResponseWriter, _ *http.Request, _ string) bool {
+		n := now.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(100 * time.Millisecond)
+		now.Add(-1)
+		return true
+	})
+	const sub = "batch-cap"
+	b.put(t, tasks.Subscriber{ID: sub, URL: s.URL, Limit: fast, MaxInFlight: 16})
+	var ids []string
+	for i := range 16 {
+		ids = append(ids, fmt.Sprintf("c%02d", i))
+	}
+	publishHeld(t, b.p, sub, ids)
+	testkit.Eventually(t, 20*time.Second, "every event delivered", func() bool {
+		for _, ev := range ids {
+			if rec, err := b.p.GetDelivery(ctx, sub, ev); err != nil || rec.State != tasks.StateDelivered {
+				return false
+			}
+		}
+		return true
+	})
+	if b.w.Stats().Batches.Load() == 0 {
+		t.Fatal("no batch ran; want the 16 held events handed out together")
+	}
+	if m := most.Load(); m > 4 || m < 2 {
+		t.Fatalf("%d requests at once; want at most 4 (2 lanes × Concurrency 2), and more than one", m)
 	}
 }

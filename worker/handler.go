@@ -60,7 +60,16 @@ type handler struct {
 	caps   rateCaps     // the receivers' RateLimit-Policy caps written
 	shards int
 	srvs   *atomic.Pointer[servers] // the worker's, once started: a lane handed a batch is busy (servers.handedOut)
+	// sending holds a place for each request under way: at most
+	// maxSending(Config), what the lanes' handler slots would send one
+	// delivery a task.
+	sending chan struct{}
 }
+
+// maxSending is how many requests a worker sends at once: a request per
+// handler slot of its two lanes (Concurrency each), as when every task
+// was one delivery.
+func maxSending(c Config) int { return 2 * c.Concurrency }
 
 // ProcessTask runs a task: one delivery (deliver), or a batch of one
 // subscriber's (runBatch).
@@ -133,6 +142,14 @@ func (h *handler) deliver(ctx context.Context, r *run, sub cachedSub) (err error
 	}
 	if len(r.body) == 0 {
 		return h.finish(ctx, r, h.death(r, DeadUndecodable, fmt.Sprintf("event %s's payload is gone from Redis", r.event), nil))
+	}
+	// A batch is one of asynq's handler slots and sends several requests:
+	// the process's requests at once stay within its lanes' slots.
+	select {
+	case h.sending <- struct{}{}:
+		defer func() { <-h.sending }()
+	case <-ctx.Done():
+		return h.finish(ctx, r, h.interruption(r, nil)) // shutting down: not sent, no attempt spent
 	}
 	_ = fault(ctx, FaultRequest, nil)
 	resp := post(ctx, h.client, &sub.Subscriber, r.event, r.body, h.cfg.ResponseBody, func(status int, hdr http.Header, at time.Time) {
@@ -377,7 +394,9 @@ func (h *handler) notify(r *run, at time.Time) error {
 	}
 	ctx := context.Background()
 	region := h.keys.QueueRegion(r.queue)
-	write := func(ctx context.Context, at time.Time) error { return h.gates.Notify(ctx, h.keys.Ready(region), r.sub, at) }
+	write := func(ctx context.Context, at time.Time) error {
+		return h.gates.Notify(ctx, h.keys.Ready(region), r.sub, at)
+	}
 	if r.batch != nil {
 		// a batch's deliveries that ask at one moment ask once, for the
 		// earliest of their times

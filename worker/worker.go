@@ -74,6 +74,7 @@ func New(cfg Config) (*Worker, error) {
 	h := &handler{
 		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.ap), keys: keys, client: newHTTPClient(cfg),
 		room: newWaitRoom(cfg.MaxWaiters, cfg.MaxWaiting), subs: newSubCache(time.Second), log: cfg.Logger, stats: &w.stats,
+		sending: make(chan struct{}, maxSending(cfg)),
 	}
 	// The producer hands out the dispatchers' deliveries and publishes
 	// operator events (no WATCH: it never changes a subscriber here).
