@@ -3,6 +3,8 @@ package producer
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -421,11 +423,12 @@ func (p *Producer) handOut(ctx context.Context, s tasks.Subscriber, eventID, lan
 
 // HandOutBatch enqueues one task for subscriber s's deliveries of events
 // eventIDs (a turn's hand-outs, 2 to tasks.MaxBatch) in lane, as HandOut
-// does for one: its id (tasks.BatchTaskID) makes a hand-out sent twice one
-// task.
+// does for one, under an id of this hand-out's own (tasks.BatchTaskID).
 func (p *Producer) HandOutBatch(ctx context.Context, s tasks.Subscriber, eventIDs []string, lane string, shards int) (bool, error) {
 	q := p.keys.DeliveryQueue(s.Region, s.ID, lane, shards)
-	id := tasks.BatchTaskID(s.ID, eventIDs)
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:])
+	id := tasks.BatchTaskID(s.ID, eventIDs, hex.EncodeToString(nonce[:]))
 	task := tasks.NewBatchTask(s.ID, eventIDs, asynq.TaskID(id), asynq.Queue(q), asynq.MaxRetry(tasks.BatchMaxRetry))
 	h, err := p.enqueueOnce(ctx, s, q, id, task, true)
 	return h == handedNew, err

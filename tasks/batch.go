@@ -21,12 +21,16 @@ const BatchVersion = 4
 // HOOKLANE_BATCH_MAX is at most this).
 const MaxBatch = 100
 
-// BatchTaskID is the asynq task id of a batch: the subscriber, its first
-// delivery's event id and its size, joined by a '+', which no event id
-// holds, so that it is never a single delivery's TaskID. The same batch
-// handed out twice (a hand-out sent again) is one task.
-func BatchTaskID(sub string, eventIDs []string) string {
-	return TaskID(sub, eventIDs[0]) + "+" + strconv.Itoa(len(eventIDs))
+// BatchTaskID is the asynq task id of one hand-out of a batch: the
+// subscriber, its first delivery's event id, its size and the hand-out's
+// nonce, joined by '+', which no event id holds, so that it is never a
+// single delivery's TaskID. The nonce makes each hand-out a task of its
+// own: a delivery a batch's run parked and a turn hands out again first
+// in a batch of the same size must not wait for the first batch's task
+// to end (asynq refuses an id while its task exists). An enqueue the
+// Redis client sends again is the same id: one task.
+func BatchTaskID(sub string, eventIDs []string, nonce string) string {
+	return TaskID(sub, eventIDs[0]) + "+" + strconv.Itoa(len(eventIDs)) + "+" + nonce
 }
 
 // NewBatchTask builds the task of subscriber sub's deliveries of events

@@ -103,8 +103,8 @@ func TestDecodeTask(t *testing.T) {
 		strings.Join(d.EventIDs, ",") != "e1,e2" {
 		t.Fatalf("DecodeTask(%s) = %+v, %v, %v", batch.Payload(), d, legacy, err)
 	}
-	if id := tasks.BatchTaskID("s", d.EventIDs); id != "s:e1+2" {
-		t.Fatalf("BatchTaskID = %q; want s:e1+2 (never a single delivery's TaskID: no event id holds a +)", id)
+	if id := tasks.BatchTaskID("s", d.EventIDs, "n1"); id != "s:e1+2+n1" {
+		t.Fatalf("BatchTaskID = %q; want s:e1+2+n1 (never a single delivery's TaskID: no event id holds a +)", id)
 	}
 	v2 := `{"v":2,"subscriber_id":"s","gen":"g1","max_attempts":5,"event":{"id":"e2","type":"t","timestamp":"2026-12-01T09:00:00Z","data":null},` +
 		`"payload_ref":true,"enqueued_at":"2026-12-01T09:00:00Z","expires_at":"2026-12-02T09:00:00Z"}`
