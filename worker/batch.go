@@ -62,7 +62,6 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 	}
 	for i, ev := range d.EventIDs {
 		r := &run{taskID: tasks.TaskID(d.SubscriberID, ev), queue: b.queue, sub: d.SubscriberID, event: ev, keys: keys, batch: calls}
-		r.payload = tasks.NewDeliverTask(d.SubscriberID, ev).Payload()
 		wg.Go(func() { answers[i] = h.deliver(ctx, r, sub) })
 	}
 	wg.Wait()

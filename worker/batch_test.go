@@ -358,3 +358,51 @@ func TestBatchesSendNoMoreAtOnceThanTheHandlerSlots(t *testing.T) {
 		t.Fatalf("%d requests at once; want at most 4 (2 lanes × Concurrency 2), and more than one", m)
 	}
 }
+
+// A worker killed after a batch committed a delivery dead and before it
+// enqueued that delivery's own task for asynq's archive: the batch runs
+// again, its run finds the delivery dead and enqueues the task, which is
+// archived alone; nothing is sent again.
+func TestBatchKilledBeforeItsDeadCopyArchivesItOnTheRerun(t *testing.T) {
+	rc := testkit.NewReceiver(t, func(w http.ResponseWriter, _ *http.Request, id string) bool {
+		if id == "d2" {
+			w.WriteHeader(http.StatusInternalServerError)
+			return false
+		}
+		return true
+	})
+	b := newCrashBundle(t, testkit.Namespace("deadcopy-"), tasks.Subscriber{ID: "s", URL: rc.URL, Limit: fast, MaxInFlight: 8, MaxAttempts: 1})
+	ids := []string{"d0", "d1", "d2", "d3"}
+	publishHeld(t, b.p, "s", ids)
+	proxy := newFaultProxy(t, redisSrv.Addr)
+	// The dead delivery's own task enqueued (its key is asynq's task key):
+	// the proxy cuts the worker off from Redis there, nothing of it sent,
+	// and the worker is killed.
+	proxy.arm([]byte("}:t:"+tasks.TaskID("s", "d2")+"\r\n"), func() {})
+	w := startProc(t, proxy.URL(), b.ns)
+	testkit.Eventually(t, 20*time.Second, "the worker to enqueue the dead delivery's task", proxy.hasTripped)
+	w.kill()
+	ctx := context.Background()
+	if s := b.rdb.HGet(ctx, tasks.Keys(b.ns).Delivery("s", "d2"), "s").Val(); s != tasks.StateDead {
+		t.Fatalf("d2 %s when its task was to be enqueued; want dead (committed first)", s)
+	}
+	expireLeases(t, b.rdb, b.ns, "s")
+	startProc(t, redisURL(), b.ns)
+	c := settle(t, b.insp, b.rdb, b.ns, "s", ids, rc, 60*time.Second)
+	if len(c.lost) > 0 || c.delivered != 3 || c.dead != 1 || c.requests != 4 {
+		t.Fatalf("%s; want 3 delivered, d2 dead and archived, 4 requests (nothing sent again)", c)
+	}
+	var archived []string
+	for _, lane := range []string{tasks.LaneFresh, tasks.LaneBacklog} {
+		tis, err := b.insp.ListArchivedTasks(tasks.Keys(b.ns).DeliveryQueue("", "s", lane, 1))
+		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+			t.Fatal(err)
+		}
+		for _, ti := range tis {
+			archived = append(archived, ti.ID)
+		}
+	}
+	if !slices.Equal(archived, []string{tasks.TaskID("s", "d2")}) {
+		t.Fatalf("archived %q; want s:d2 alone", archived)
+	}
+}

@@ -146,7 +146,11 @@ func (h *handler) death(r *run, reason, msg string, resp *response) outcome {
 	e := tasks.DeadLetter{TaskID: r.taskID, Queue: r.queue, SubscriberID: r.sub, Reason: reason, Error: msg,
 		DeadAt: time.Now().UTC().Truncate(time.Millisecond)} // as the indexes keep it
 	if r.body == nil {
-		e.Payload = string(r.payload)
+		p := r.payload
+		if p == nil { // a batch's delivery: the task it is archived as
+			p = tasks.NewDeliverTask(r.sub, r.event).Payload()
+		}
+		e.Payload = string(p)
 	}
 	o.DeadEntry, o.DeadAt, o.DeadRetention = tasks.DeadLetterPrefix(e, r.body), e.DeadAt, h.cfg.DeadLetterRetention
 	if !tasks.IsOperatorType(r.adm.EventType) {

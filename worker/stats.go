@@ -69,8 +69,9 @@ type run struct {
 	coolUntil time.Time
 	coolLost  bool
 	// batch: the delivery is one of a batch task's (batch.go), whose
-	// Admits and commits go together; taskID and payload are then its own
-	// single-delivery task's, which it is archived as if it dies.
+	// Admits and commits go together; taskID is then its own
+	// single-delivery task's, which it is archived as if it dies (payload
+	// is nil: death builds it only then).
 	batch *batchCalls
 }
 
