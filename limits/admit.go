@@ -98,6 +98,14 @@ local function admit(KEYS, ARGV)
   if d[3] and d[3] ~= token then
     local slot = tonumber(redis.call('ZSCORE', k.inflight, d[3]) or '0')
     if slot > now then return {7, slot - now} end
+    -- a run waiting for the rate slot it booked (pending, its token) holds
+    -- no in-flight slot yet: it is live until its runs entry lapses. It
+    -- sends within its reservation (a second or two): look again then,
+    -- not at the entry's end, which leaves room for its request too
+    if d[2] == 'pending' then
+      local wait = tonumber(redis.call('ZSCORE', k.runs, ev) or '0')
+      if wait > now then return {7, math.min(wait - now, 1000)} end
+    end
     if d[2] == 'in_flight' then flags = 'l' end
   end
   local x = tonumber(d[4]) or 0

@@ -361,3 +361,28 @@ func TestAdmitGroupAdmitsEachInOrder(t *testing.T) {
 		t.Fatalf("the limiter %.3fs ahead of now; want the two admitted requests' 0.2s", ahead)
 	}
 }
+
+// A run that booked its rate slot and waits for it owns its delivery: a
+// second run of the same delivery (another task of it) is told to look
+// again once the first's wait and slot have lapsed, and takes nothing
+// (no second rate slot booked, the record still the first's), so the
+// two never take the record from each other while neither sends.
+func TestAdmitLeavesADeliveryToTheRunWaitingForItsRateSlot(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.pace.Limit = limits.Limit{Rate: 1, Burst: 1, Period: time.Minute}
+	reserve := func(r *limits.AdmitRequest) { r.Reserve = 2 * time.Minute }
+	b.book(t, "a")
+	b.book(t, "b")
+	b.admit(t, "a", limits.NewToken())
+	first := limits.NewToken()
+	if a := b.admit(t, "b", first, reserve); a.SendIn <= 0 {
+		t.Fatalf("b: %+v; want a rate slot ahead", a)
+	}
+	tat := b.rdb.Get(ctx, b.k.Rate).Val()
+	if got := b.admit(t, "b", limits.NewToken(), reserve); got.OwnedFor <= 0 {
+		t.Fatalf("b's second run: %+v; want told the first owns it", got)
+	}
+	if b.rec(t, "b", "tk") != first || b.rdb.Get(ctx, b.k.Rate).Val() != tat {
+		t.Fatalf("b's second run took it: owner %q, limiter %s (was %s)", b.rec(t, "b", "tk"), b.rdb.Get(ctx, b.k.Rate).Val(), tat)
+	}
+}

@@ -52,7 +52,8 @@ func final(state string) bool { return state == tasks.StateDelivered || state ==
 // moves namespace ns's asynq leases a minute into the past (the next
 // worker's recoverer, which looks as it starts, takes the tasks back), and
 // lapses subscribers' in-flight slots (no run owns one: every worker is
-// dead). It moves the hand-out leases (out) and the ready index's times
+// dead). It moves the hand-out leases (out), the runs' entries and the
+// ready index's times
 // (and their claims) back by by, as if that time had passed: it adds and
 // removes no entry, so a ready-index write that was lost stays lost.
 func shortenRecovery(t testing.TB, rdb redis.UniversalClient, insp *asynq.Inspector, ns string, subs []string, by time.Duration) {
@@ -84,6 +85,7 @@ func shortenRecovery(t testing.TB, rdb redis.UniversalClient, insp *asynq.Inspec
 			rdb.ZAddXX(ctx, g.InFlight, redis.Z{Score: 1, Member: m})
 		}
 		shift(g.Out)
+		shift(g.Runs) // a killed run waiting for its rate slot holds its delivery until its entry lapses
 	}
 	shift(keys.Ready(""))
 	shift(keys.Claimed(""))
