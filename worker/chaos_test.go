@@ -166,6 +166,9 @@ func TestChaos(t *testing.T) {
 	settled := testkit.Poll(5*time.Second, func() bool { return testkit.Settled(t, rdb, insp, ns) })
 	c := countChaos(eps, plan, states)
 	c.kills, c.redisDown, c.actions, c.drained, c.settled = kills, redisDown, actions, drained, settled
+	if !settled {
+		c.leftover = testkit.Leftover(ctx, rdb, insp, ns)
+	}
 	c.refused, c.late = pub.refused.Load(), time.Duration(pub.late.Load())*time.Millisecond
 	c.rescued = rescuedCounts(ctx, rdb, ns)
 	c.took, c.cpu = time.Since(began), cpuTimes()

@@ -31,7 +31,8 @@ type chaosCount struct {
 	redisDown time.Duration
 	actions   []string
 	drained   time.Duration
-	settled   bool // nothing left to run after the drain: queues, lots and hand-outs empty
+	settled   bool   // nothing left to run after the drain: queues, lots and hand-outs empty
+	leftover  string // what was, when not settled (testkit.Leftover)
 	refused   int64
 	late      time.Duration
 	rescued   string
@@ -152,7 +153,7 @@ func (c *chaosCount) check(t *testing.T, pub *chaosPublisher) {
 		t.Errorf("%d requests arrived with more in flight than the subscriber's max_in_flight: %v", len(c.over), c.over[:min(len(c.over), 10)])
 	}
 	if !c.settled && len(c.stuck) == 0 {
-		t.Errorf("every delivery is final but something is left to run (an asynq task, a lot or hand-out entry)")
+		t.Errorf("every delivery is final but something is left to run (an asynq task, a lot or hand-out entry): %s", c.leftover)
 	}
 	// Each zero above proves something only if the adversary acted.
 	switch {

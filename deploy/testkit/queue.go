@@ -3,8 +3,11 @@ package testkit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -144,4 +147,52 @@ func Settled(t testing.TB, rdb redis.UniversalClient, insp *asynq.Inspector, ns 
 	}
 	n, err := Parked(context.Background(), rdb, ns)
 	return err == nil && n == 0
+}
+
+// Leftover says what namespace ns has left to run ("" nothing): its
+// queues' counts, with each task left in them (its state and id, the
+// retry set's with when it runs and its last error), and each entry of
+// its subscribers' lots, hand-outs and runs, for a test's failure to name.
+func Leftover(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Inspector, ns string) string {
+	var b strings.Builder
+	queues, err := insp.Queues()
+	if err != nil {
+		return "reading the queues: " + err.Error()
+	}
+	for _, q := range queues {
+		if !tasks.Keys(ns).OwnsQueue(q) {
+			continue
+		}
+		for _, l := range []struct {
+			state string
+			list  func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error)
+		}{{"pending", insp.ListPendingTasks}, {"active", insp.ListActiveTasks}, {"scheduled", insp.ListScheduledTasks}, {"retry", insp.ListRetryTasks}} {
+			ts, err := l.list(q, asynq.PageSize(20))
+			if err != nil {
+				fmt.Fprintf(&b, "%s %s: %v; ", q, l.state, err)
+			}
+			for _, ti := range ts {
+				fmt.Fprintf(&b, "%s %s task %s (retried %d, next %s, last error %q); ", q, l.state, ti.ID, ti.Retried,
+					ti.NextProcessAt.Format("15:04:05.000"), ti.LastErr)
+			}
+		}
+	}
+	keys := tasks.Keys(ns)
+	ids, err := rdb.ZRange(ctx, keys.SubscriberIDs(), 0, -1).Result()
+	if err != nil {
+		return b.String() + "reading the subscribers: " + err.Error()
+	}
+	for _, id := range ids {
+		k := keys.Gates(id)
+		for _, s := range []struct{ name, key string }{{"lot", k.Lot}, {"out", k.Out}, {"runs", k.Runs}} {
+			zs, err := rdb.ZRangeWithScores(ctx, s.key, 0, 19).Result()
+			if err != nil {
+				fmt.Fprintf(&b, "%s %s: %v; ", id, s.name, err)
+			}
+			for _, z := range zs {
+				fmt.Fprintf(&b, "%s %s %v at %s; ", id, s.name, z.Member, time.UnixMilli(int64(z.Score)).Format("15:04:05.000"))
+			}
+		}
+	}
+	return b.String()
 }
