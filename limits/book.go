@@ -46,6 +46,11 @@ type Pace struct {
 	Waiters int
 	// Ramp is the slow start after the breaker closes.
 	Ramp time.Duration
+	// BatchAfter (Book's alone) is how many of the subscriber's deliveries
+	// may wait in asynq for a worker as tasks of their own (handed out, not
+	// yet taken: out) before its new events join its lot, whence turns
+	// hand them out in batches; 0: no such cap.
+	BatchAfter int
 }
 
 func (p Pace) args() []any {
@@ -97,7 +102,8 @@ var FreshTTL = 10 * time.Minute
 // resend, 9 token, 10 out lease ms, 11 fresh ttl ms, then Pace.args:
 // 12 rate, 13 burst, 14 period ms, 15 max in flight, 16 lead ms, 17 max
 // wait ms, 18 fresh max, 19 ramp ms, 20 waiters; 21 the records' prefix
-// (+ event id: the fresh lane's records, in the same slot). Reply {code,
+// (+ event id: the fresh lane's records, in the same slot), 22 batch after
+// (Pace.BatchAfter). Reply {code,
 // gen, where, due ms, paused, state, now ms, cooldown end ms}: code "new"
 // (booked: where is the lane
 // to enqueue its task in, or "lot"), "dup" (booked before in this
@@ -113,7 +119,9 @@ var FreshTTL = 10 * time.Minute
 // generation (a deleted subscriber's) is replaced. A delivery due now goes
 // straight to asynq when its destination can take it now — not held, its
 // lot empty of due deliveries, a rate slot within the lead, an in-flight
-// slot within its capacity — else to the lot.
+// slot within its capacity — and has no backlog in asynq (fewer than
+// batch after of its deliveries wait there for a worker); else to the lot,
+// whence turns hand it out in batches.
 var bookScript = script(`
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
   fresh = KEYS[8], rec = KEYS[9], log = KEYS[10], retry = KEYS[11]}
@@ -153,7 +161,9 @@ elseif nb <= now and redis.call('ZCOUNT', k.lot, '-inf', now) == 0 then
   local nows = gcra_now(t)
   local tat = math.max(tonumber(redis.call('GET', k.gcra) or '0'), nows)
   local allowance = math.floor((nows + tonumber(ARGV[16]) / 1000 - tat) / T + burst)
-  if n_out + n_in < capacity(tonumber(ARGV[15]), f.lt, tonumber(ARGV[17]), tonumber(ARGV[20])) and allowance > n_out then
+  local after = tonumber(ARGV[22])
+  if n_out + n_in < capacity(tonumber(ARGV[15]), f.lt, tonumber(ARGV[17]), tonumber(ARGV[20])) and allowance > n_out
+    and (after == 0 or n_out < after) then
     local cap = tonumber(ARGV[18])
     where, state = 'backlog', 'pending'
     if cap == 0 or fresh_count(k, ARGV[21], now, tonumber(ARGV[11])) < cap then
@@ -233,7 +243,7 @@ func (g *Gates) Book(ctx context.Context, also []*Call, bs ...Booking) ([]Booked
 		keys := []string{k.Record, k.Cooldown, k.InFlight, k.Rate, k.Lot, k.Out, k.Exp, k.Fresh, k.record(b.EventID), k.Log, k.Retry}
 		args := []any{b.EventID, b.EventType, nb, b.Horizon.Milliseconds(), b.Dedup.Milliseconds(), b.MaxAttempts,
 			flag(b.Held), flag(b.Resend), b.Token, OutLease.Milliseconds(), FreshTTL.Milliseconds()}
-		calls[i] = &Call{Script: bookScript, Keys: keys, Args: append(append(args, b.Pace.args()...), k.Deliveries)}
+		calls[i] = &Call{Script: bookScript, Keys: keys, Args: append(append(args, b.Pace.args()...), k.Deliveries, max(b.Pace.BatchAfter, 0))}
 	}
 	g.RunScripts(ctx, append(calls, also...))
 	for _, c := range also {

@@ -3,6 +3,7 @@ package limits_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -190,5 +191,32 @@ func TestBookCapsTheFreshLane(t *testing.T) {
 	b.rdb.ZAdd(ctx, b.k.Fresh, redis.Z{Score: past, Member: "e2"})
 	if l := b.book(t, "e7").Where; l != limits.WhereFresh {
 		t.Fatalf("after an ended delivery's entry came up: %s; want fresh", l)
+	}
+}
+
+// A subscriber with a backlog in asynq (BatchAfter of its deliveries
+// handed out and not yet taken by a worker) has its new events parked,
+// for a turn to hand out in batches, however much its limits allow; once a
+// run takes one, the next goes at once again.
+func TestBookParksBehindABacklogInAsynq(t *testing.T) {
+	b := setup(t)
+	b.pace.BatchAfter = 3
+	var where []string
+	for i := range 5 {
+		where = append(where, b.book(t, fmt.Sprintf("e%d", i)).Where)
+	}
+	want := []string{limits.WhereFresh, limits.WhereFresh, limits.WhereFresh, limits.WhereLot, limits.WhereLot}
+	if !slices.Equal(where, want) {
+		t.Fatalf("booked to %v; want %v: 3 waiting in asynq, the rest parked", where, want)
+	}
+	// A run takes e0 out of out: 2 wait, the next goes at once — unless a
+	// due delivery waits in the lot before it (e3, e4): it joins them.
+	b.rdb.ZRem(context.Background(), b.k.Out, "e0")
+	if w := b.book(t, "e5").Where; w != limits.WhereLot {
+		t.Fatalf("e5 behind 2 parked: %s; want the lot", w)
+	}
+	b.rdb.ZRem(context.Background(), b.k.Lot, "e3", "e4", "e5")
+	if w := b.book(t, "e6").Where; w != limits.WhereFresh {
+		t.Fatalf("e6 with 2 waiting in asynq and none parked: %s; want it handed out at once", w)
 	}
 }

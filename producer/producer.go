@@ -106,6 +106,13 @@ type Config struct {
 	// lane, so that a subscriber that publishes a flood does not hold up
 	// the others' events. Default 100.
 	FreshMax int
+	// BatchAfter is how many of one subscriber's deliveries may wait in
+	// asynq for a worker as tasks of their own before its new events join
+	// its lot, whence the workers' turns hand them out in batches
+	// (worker.Config.BatchMax a task): an idle subscriber's event goes at
+	// once, alone; a backlogged one's travel batched. Default 8; negative:
+	// no cap (every event that can go at once goes as its own task).
+	BatchAfter int
 	// WaitReplicas, when positive, makes a publish (Publish, SendTo, Replay)
 	// report a target enqueued or a duplicate only once that many replicas
 	// of the master hold every write of the call (Redis WAIT), so that the
@@ -147,6 +154,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxDataSize = cmp.Or(c.MaxDataSize, tasks.MaxDataSize)
 	c.MaxNotBefore = cmp.Or(c.MaxNotBefore, DefaultMaxNotBefore)
 	c.FreshMax = cmp.Or(c.FreshMax, 100)
+	c.BatchAfter = cmp.Or(c.BatchAfter, DefaultBatchAfter)
 	c.MaxWait = cmp.Or(c.MaxWait, limits.DefaultMaxWait)
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, time.Second)
 	c.MaxRegions = cmp.Or(c.MaxRegions, DefaultMaxRegions)
@@ -206,6 +214,9 @@ const DefaultMaxNotBefore = 7 * 24 * time.Hour
 
 // DefaultMaxRegions is Config.MaxRegions' default.
 const DefaultMaxRegions = 8
+
+// DefaultBatchAfter is Config.BatchAfter's default.
+const DefaultBatchAfter = 8
 
 // Producer registers subscribers and publishes events. It is safe for
 // concurrent use.

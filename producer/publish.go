@@ -227,7 +227,7 @@ func (p *Producer) matching(ctx context.Context, t string) ([]tasks.Subscriber, 
 // slow start.
 func (p *Producer) Pace(s tasks.Subscriber) limits.Pace {
 	pace := limits.Pace{Limit: s.Limit, MaxInFlight: s.MaxInFlight, FreshMax: p.cfg.FreshMax, Lead: limits.DefaultLead,
-		MaxWait: max(p.cfg.MaxWait, 0), Ramp: limits.DefaultRamp}
+		MaxWait: max(p.cfg.MaxWait, 0), Ramp: limits.DefaultRamp, BatchAfter: max(p.cfg.BatchAfter, 0)}
 	if pace.MaxWait == 0 {
 		pace.Lead = time.Millisecond
 	}

@@ -196,7 +196,7 @@ func TestPublishBatchBooksInAFewRoundTrips(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 		defer rdb.Close()
 		rdb.AddHook(&rt)
-		p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: b.ns, FreshMax: 1000})
+		p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: b.ns, FreshMax: 1000, BatchAfter: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -238,8 +238,11 @@ func TestBatchPublishCountsEachEventAgainstTheIngestRate(t *testing.T) {
 		return again.status != http.StatusTooManyRequests
 	})
 	var ans batchAnswer
-	if err := json.Unmarshal(again.body, &ans); again.status != 202 || err != nil || ans.Failed != 0 || ans.said()[0] != "202 s=enqueued" {
-		t.Fatalf("the refused batch again: %d %s; want each event enqueued (the refusal wrote nothing)", again.status, again.body)
+	// booked anew, not a duplicate: handed to asynq, or parked for a turn
+	// (8 of s's wait in asynq already, with no worker: BatchAfter)
+	if err := json.Unmarshal(again.body, &ans); again.status != 202 || err != nil || ans.Failed != 0 ||
+		ans.said()[0] != "202 s=enqueued" && ans.said()[0] != "202 s=scheduled" {
+		t.Fatalf("the refused batch again: %d %s; want each event booked anew (the refusal wrote nothing)", again.status, again.body)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -49,20 +50,22 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 	answers := make([]error, len(d.EventIDs))
 	var wg sync.WaitGroup
 	keys := h.keys.Gates(d.SubscriberID)
-	calls := &batchCalls{
-		admits: group[limits.AdmitRequest, limits.Admission]{send: func(ctx context.Context, rs []limits.AdmitRequest) ([]limits.Admission, error) {
+	calls := newBatchCalls(len(d.EventIDs),
+		func(ctx context.Context, rs []limits.AdmitRequest) ([]limits.Admission, error) {
 			return h.gates.AdmitGroup(ctx, keys, rs)
-		}},
-		commits: group[limits.Outcome, limits.Committed]{send: func(ctx context.Context, os []limits.Outcome) ([]limits.Committed, error) {
+		},
+		func(ctx context.Context, os []limits.Outcome) ([]limits.Committed, error) {
 			return h.gates.CommitGroup(ctx, keys, os)
-		}},
-		notifies: group[time.Time, struct{}]{send: func(ctx context.Context, ats []time.Time) ([]struct{}, error) {
+		},
+		func(ctx context.Context, ats []time.Time) ([]struct{}, error) {
 			return make([]struct{}, len(ats)), h.gates.Notify(ctx, h.keys.Ready(h.keys.QueueRegion(b.queue)), d.SubscriberID, slices.MinFunc(ats, time.Time.Compare))
-		}},
-	}
+		})
 	for i, ev := range d.EventIDs {
 		r := &run{taskID: tasks.TaskID(d.SubscriberID, ev), queue: b.queue, sub: d.SubscriberID, event: ev, keys: keys, batch: calls}
-		wg.Go(func() { answers[i] = h.deliver(ctx, r, sub) })
+		wg.Go(func() {
+			defer calls.ended()
+			answers[i] = h.deliver(ctx, r, sub)
+		})
 	}
 	wg.Wait()
 	var again error
@@ -88,16 +91,22 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 }
 
 // group sends a batch's calls of one script (its Admits, its commits)
-// together: a call made while none of the batch's is on its way goes at
-// once; those made while one is go together in the next, as a
-// database's group commit does. No call waits for another delivery's
-// request.
+// together, as a database's group commit does: a call waits until every
+// delivery of the batch still running has made its own (they go as one),
+// or until linger has passed since the first of them (the others are
+// elsewhere: in a request, waiting for a rate slot); what is asked while a
+// group is on its way goes in the next. So a batch whose requests answer
+// together commits once, and no call waits more than linger for another
+// delivery.
 type group[In, Out any] struct {
-	send func(context.Context, []In) ([]Out, error)
+	send   func(context.Context, []In) ([]Out, error)
+	linger time.Duration
+	live   *atomic.Int64 // the batch's deliveries still running (batchCalls.live)
 
 	mu      sync.Mutex
 	waiting []*groupCall[In, Out]
 	sending bool
+	kick    chan struct{} // a call was made or a delivery ended: look again
 }
 
 type groupCall[In, Out any] struct {
@@ -114,6 +123,7 @@ func (g *group[In, Out]) call(ctx context.Context, in In) (Out, error) {
 	lead := !g.sending
 	g.sending = true
 	g.mu.Unlock()
+	g.wake()
 	if lead {
 		g.drain(ctx)
 	}
@@ -121,9 +131,18 @@ func (g *group[In, Out]) call(ctx context.Context, in In) (Out, error) {
 	return c.out, c.err
 }
 
+// wake tells a leader waiting for the others to look again.
+func (g *group[In, Out]) wake() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
 // drain sends what waits, group after group, until nothing does.
 func (g *group[In, Out]) drain(ctx context.Context) {
 	for {
+		g.gather()
 		g.mu.Lock()
 		cs := g.waiting
 		g.waiting = nil
@@ -147,9 +166,65 @@ func (g *group[In, Out]) drain(ctx context.Context) {
 	}
 }
 
+// gather waits until every running delivery of the batch waits in the
+// group, or linger has passed.
+func (g *group[In, Out]) gather() {
+	var timer *time.Timer
+	for {
+		g.mu.Lock()
+		n := int64(len(g.waiting))
+		g.mu.Unlock()
+		if n == 0 || n >= g.live.Load() {
+			break
+		}
+		if timer == nil {
+			timer = time.NewTimer(g.linger)
+		}
+		select {
+		case <-g.kick:
+			continue
+		case <-timer.C:
+			return
+		}
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+}
+
 // batchCalls are a batch's grouped script calls.
 type batchCalls struct {
+	live     atomic.Int64 // its deliveries still running
 	admits   group[limits.AdmitRequest, limits.Admission]
 	commits  group[limits.Outcome, limits.Committed]
 	notifies group[time.Time, struct{}] // the ready index told (ZADD LT: the earliest counts)
+}
+
+// The longest a batch's Admit and commit wait for the batch's other
+// deliveries to ask too (group.gather): a fraction of a request, a few
+// round trips.
+const (
+	admitLinger  = 2 * time.Millisecond
+	commitLinger = 5 * time.Millisecond
+)
+
+// newBatchCalls are n deliveries' grouped calls, sent with send's.
+func newBatchCalls(n int, admit func(context.Context, []limits.AdmitRequest) ([]limits.Admission, error),
+	commit func(context.Context, []limits.Outcome) ([]limits.Committed, error),
+	notify func(context.Context, []time.Time) ([]struct{}, error)) *batchCalls {
+	c := &batchCalls{}
+	c.live.Store(int64(n))
+	c.admits = group[limits.AdmitRequest, limits.Admission]{send: admit, linger: admitLinger, live: &c.live, kick: make(chan struct{}, 1)}
+	c.commits = group[limits.Outcome, limits.Committed]{send: commit, linger: commitLinger, live: &c.live, kick: make(chan struct{}, 1)}
+	c.notifies = group[time.Time, struct{}]{send: notify, linger: 0, live: &c.live, kick: make(chan struct{}, 1)}
+	return c
+}
+
+// ended: one of the batch's deliveries is done; its groups need not wait
+// for it.
+func (c *batchCalls) ended() {
+	c.live.Add(-1)
+	c.admits.wake()
+	c.commits.wake()
+	c.notifies.wake()
 }

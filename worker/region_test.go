@@ -30,7 +30,9 @@ func TestRegionWorkersClaimOnlyTheirRegion(t *testing.T) {
 	ns := testkit.Namespace("region")
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns})
+	// (each event a task of its own, however many wait in asynq, so that
+	// every US one is a task to look at: BatchAfter off)
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: rdb, Namespace: ns, BatchAfter: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
