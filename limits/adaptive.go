@@ -83,7 +83,11 @@ func burstSpan(l Limit) int64 {
 const luaAdapt = `
 -- adaptFields: the gate fields adapt reads, in its v's order
 local adaptFields = {'a_f', 'a_at', 'a_pre', 'a_up', 'a_cu', 'a_w', 'a_n', 'a_p', 'a_cw'}
+-- p.bump() counts a 2xx in the window (the caller adds it to a_n, once a
+-- group); p.reset() says a_n is written anew; p.wrote: adapt wrote the
+-- gate record itself (what the caller holds of it is stale)
 local function adapt(gate, v, now, delivered, throttled, cool, p)
+  local function gw(...) p.wrote = true; return redis.call(...) end
   local f, at, pre, up, cu = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4]), tonumber(v[5])
   local w, n, prev, cw = tonumber(v[6]), tonumber(v[7]) or 0, tonumber(v[8]), tonumber(v[9]) or 0
   -- the ms of the window [w, now] its cooldowns took: those of earlier
@@ -100,10 +104,11 @@ local function adapt(gate, v, now, delivered, throttled, cool, p)
       prev = nil
       if w and now - w < 2 * p.win then prev = n * 1000 / math.max(now - w - closed(), p.span) end
       w, n, cw = now, 0, 0
-      redis.call('HSET', gate, 'a_w', now, 'a_n', 1, 'a_cw', 0)
-      if prev then redis.call('HSET', gate, 'a_p', string.format('%.6g', prev)) else redis.call('HDEL', gate, 'a_p') end
+      p.reset()
+      gw('HSET', gate, 'a_w', now, 'a_n', 1, 'a_cw', 0)
+      if prev then gw('HSET', gate, 'a_p', string.format('%.6g', prev)) else gw('HDEL', gate, 'a_p') end
     else
-      redis.call('HINCRBY', gate, 'a_n', 1)
+      p.bump()
     end
     n = n + 1
   end
@@ -128,21 +133,21 @@ local function adapt(gate, v, now, delivered, throttled, cool, p)
   if recent and pre and (throttled or (delivered and f)) then
     -- an answer of the burst the last decrease came from: measured again
     -- from the rate before it, with this answer counted
-    redis.call('HSET', gate, 'a_f', lowered(pre))
+    gw('HSET', gate, 'a_f', lowered(pre))
   elseif throttled and not recent then
     pre = math.min(f or 1, 1)
-    redis.call('HSET', gate, 'a_f', lowered(pre), 'a_pre', pre, 'a_at', now, 'a_up', now, 'a_why', p.why)
+    gw('HSET', gate, 'a_f', lowered(pre), 'a_pre', pre, 'a_at', now, 'a_up', now, 'a_why', p.why)
     -- the cooldown before this one is over: its time in the window stays
-    if w then redis.call('HSET', gate, 'a_cw', closed()) end
-    if cool > now then redis.call('HSET', gate, 'a_cu', cool) else redis.call('HDEL', gate, 'a_cu') end
+    if w then gw('HSET', gate, 'a_cw', closed()) end
+    if cool > now then gw('HSET', gate, 'a_cu', cool) else gw('HDEL', gate, 'a_cu') end
   elseif delivered and f then
     -- a 2xx gives back what the time since the last one earns, a second's
     -- at most: the rate climbs while 2xx keep coming
     local x = f + p.incr * math.min(math.max(now - (up or now), 0), 1000)
     if x >= 1 then
-      redis.call('HDEL', gate, 'a_f', 'a_at', 'a_why', 'a_pre', 'a_up', 'a_cu')
+      gw('HDEL', gate, 'a_f', 'a_at', 'a_why', 'a_pre', 'a_up', 'a_cu')
     else
-      redis.call('HSET', gate, 'a_f', string.format('%.6f', x), 'a_up', now)
+      gw('HSET', gate, 'a_f', string.format('%.6f', x), 'a_up', now)
     end
   end
 end

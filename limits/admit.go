@@ -59,9 +59,16 @@ import (
 var admitScript = script(`
 -- what one script reads once for every request of its group (g.f: the
 -- gate record's fields, read again after a request writes them; g.now,
--- g.t: the clock; g.cool: the cooldown; g.tat: the limiter as the group
--- left it; g.slots: the in-flight set's lifetime, once a slot was taken)
-local g = {now = nil}
+-- g.t: the clock; g.cool: the cooldown; g.tat, g.ttl: the limiter as the
+-- group left it, written once at its end; g.slots: the in-flight set's
+-- lifetime, once a slot was taken). Its writes to the sets (out, runs,
+-- the slots, the lot's) are put off to its end (later): one call each.
+local g = {now = nil, taken = 0}
+local function unpark(k, ev)
+  later('ZREM', k.lot, ev)
+  later('ZREM', k.exp, ev)
+  later('SREM', k.retry, ev)
+end
 g.now, g.t = now_ms()
 g.cool = tonumber(redis.call('GET', KEYS[2]) or '0')
 -- one request: KEYS and ARGV as the comment above lays them out
@@ -154,27 +161,30 @@ local function admit(KEYS, ARGV)
       return refuse('scheduled', at, at)
     end
     if wait > 0 then
-      redis.call('SET', k.gcra, new_tat, 'EX', ttl_s)
-      g.tat = new_tat
-      redis.call('ZREM', k.out, ev)
-      if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev); redis.call('SREM', k.retry, ev) end
+      g.tat, g.ttl = new_tat, ttl_s
+      later('ZREM', k.out, ev)
+      if parked >= 0 then unpark(k, ev) end
       redis.call('HSET', k.rec, 'tk', token, 's', 'pending')
-      redis.call('ZADD', k.runs, now + math.ceil(wait * 1000) + tonumber(ARGV[3]), ev)
+      later('ZADD', k.runs, now + math.ceil(wait * 1000) + tonumber(ARGV[3]), ev)
       return {5, math.ceil(wait * 1000)}
     end
   end
   -- Slots whose run vanished lapse: they are trimmed when the live ones
-  -- look full.
-  if redis.call('ZCOUNT', k.inflight, now, '+inf') >= tonumber(ARGV[9]) then
+  -- look full. (g.nin: the live slots, counted once a group and kept as
+  -- its requests take theirs; g.taken: those not yet written.)
+  g.nin = g.nin or redis.call('ZCOUNT', k.inflight, now, '+inf')
+  if g.nin >= tonumber(ARGV[9]) then
     redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
-    if redis.call('ZCARD', k.inflight) >= tonumber(ARGV[9]) then return {4} end
+    g.nin = redis.call('ZCARD', k.inflight) + g.taken
+    if g.nin >= tonumber(ARGV[9]) then return {4} end
   end
-  if not reserved then redis.call('SET', k.gcra, new_tat, 'EX', ttl_s); g.tat = new_tat end
-  redis.call('ZADD', k.inflight, now + tonumber(ARGV[3]), token)
+  if not reserved then g.tat, g.ttl = new_tat, ttl_s end
+  later('ZADD', k.inflight, now + tonumber(ARGV[3]), token)
+  g.nin, g.taken = g.nin + 1, g.taken + 1
   g.slots = tonumber(ARGV[3]) + 1000
-  redis.call('ZREM', k.out, ev)
-  redis.call('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
-  if parked >= 0 then redis.call('ZREM', k.lot, ev); redis.call('ZREM', k.exp, ev); redis.call('SREM', k.retry, ev) end
+  later('ZREM', k.out, ev)
+  later('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
+  if parked >= 0 then unpark(k, ev) end
   -- lr: a request of it was lost with a worker and is not yet on record
   if d[14] then flags = flags .. 'l' end
   local spent, requests = tonumber(d[6] or '0'), tonumber(d[10] or '0') + 1
@@ -198,6 +208,8 @@ for i = 1, n do
   out[#out + 1] = #r
   for _, v in ipairs(r) do out[#out + 1] = v end
 end
+if g.tat then redis.call('SET', KEYS[4], g.tat, 'EX', g.ttl) end
+flush()
 if g.slots then redis.call('PEXPIRE', KEYS[3], g.slots) end
 return out`)
 

@@ -140,20 +140,35 @@ type Committed struct {
 // its request was under way) is not parked into the new generation's lot:
 // it ends there, unsent again.
 var commitScript = script(luaAdapt + `
+-- what one script reads once for every outcome of its group (G.now: the
+-- clock; G.due: whether the lot holds a due delivery; G.gate: the gate
+-- record's fields, read again once an outcome wrote them). Its releases of
+-- slots and its removals from runs and the fresh lane are put off to its
+-- end (later), and so are the gate's two writes of a delivered answer:
+-- the 2xx counted in the adaptive window (G.an, added to a_n) and the
+-- latency (G.lt): one call each.
+local G = {an = 0}
+local function commit_gate(gate)
+  local g = redis.call('HMGET', gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt', unpack(adaptFields))
+  if G.lt then g[7] = G.lt end
+  if G.an > 0 then g[14] = (tonumber(g[14]) or 0) + G.an end
+  return g
+end
 -- one outcome: KEYS and ARGV as the comment above lays them out
 local function commit(KEYS, ARGV, counters)
   local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
     rec = KEYS[8], stats = KEYS[9], ledger = KEYS[10], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15],
     runs = KEYS[16]}
   local ev, token, kind = ARGV[1], ARGV[2], ARGV[3]
-  redis.call('ZREM', k.inflight, token)
+  later('ZREM', k.inflight, token)
   local d = redis.call('HMGET', k.rec, 'tk', 'ok', 'okr', 'x', 'g', 'q', 'le', 'ce')
   if d[2] == token and d[3] then
     local r = {'again'}
     for v in string.gmatch(d[3], '[^|]+') do r[#r + 1] = v end
     return r
   end
-  local now = now_ms()
+  G.now = G.now or now_ms()
+  local now = G.now
   if d[1] ~= token then
     -- Handed out while this run held the task id (a re-publish for a new
     -- generation, a resend): asynq may have refused that hand-out's task as
@@ -166,7 +181,7 @@ local function commit(KEYS, ARGV, counters)
     end
     return {'superseded', -1, 0, 0, 0}
   end
-  redis.call('ZREM', k.runs, ev)
+  later('ZREM', k.runs, ev)
   local flags = ARGV[10]
   local function has(c) return string.find(flags, c, 1, true) ~= nil end
   -- the record's fields to set, written in one HSET (before the attempts
@@ -191,9 +206,14 @@ local function commit(KEYS, ARGV, counters)
 
   -- the breaker
   local change, since = 0, 0
-  -- the breaker's fields, then the effective rate's (adaptFields, from g[8])
-  local g = redis.call('HMGET', k.gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt', unpack(adaptFields))
+  -- the breaker's fields, then the effective rate's (adaptFields, from g[8]):
+  -- read once a group (commit_gate above), again after an outcome wrote them
+  local g = G.gate or commit_gate(k.gate)
+  G.gate = g
   local same = g[1] and g[1] == d[5]
+  if same and (has('e') and tonumber(ARGV[11]) > 0 or has('a') and (has('p') or has('s') or g[6]) or has('p')) then
+    G.gate = nil -- the breaker's branch below writes the record
+  end
   if same and has('e') and tonumber(ARGV[11]) > 0 then
     redis.call('HSET', k.gate, 'b_err', ARGV[15], 'b_err_at', now)
     since = tonumber(g[4]) or now
@@ -236,15 +256,19 @@ local function commit(KEYS, ARGV, counters)
   if same and (kind == 'delivered' or has('t')) then
     local cool = 0
     if has('t') then cool = tonumber(redis.call('GET', k.cool) or '0') end
-    adapt(k.gate, {unpack(g, 8, 7 + #adaptFields)}, now, kind == 'delivered', has('t'), cool, {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]),
-      incr = tonumber(ARGV[18]), why = ARGV[19], win = tonumber(ARGV[30]), per_ms = tonumber(ARGV[31]), span = tonumber(ARGV[32])})
+    local p = {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]), incr = tonumber(ARGV[18]), why = ARGV[19],
+      win = tonumber(ARGV[30]), per_ms = tonumber(ARGV[31]), span = tonumber(ARGV[32])}
+    p.bump = function() G.an = G.an + 1; g[14] = (tonumber(g[14]) or 0) + 1 end
+    p.reset = function() G.an = 0 end
+    adapt(k.gate, {unpack(g, 8, 7 + #adaptFields)}, now, kind == 'delivered', has('t'), cool, p)
+    if p.wrote then G.gate = nil end
   end
   local lat = tonumber(ARGV[20])
   if same and lat > 0 then
     local lt = tonumber(g[7])
     if lt then lat = math.floor(0.8 * lt + 0.2 * lat + 0.5) end
     lat = math.max(lat, 1)
-    if lat ~= lt then redis.call('HSET', k.gate, 'lt', lat) end
+    if lat ~= lt then G.lt, g[7] = lat, lat end
   end
 
   -- the delivery
@@ -258,7 +282,7 @@ local function commit(KEYS, ARGV, counters)
     set('dl', ARGV[9])
     -- what only a delivery under way needs: an ended record stays small
     redis.call('HDEL', k.rec, 'tk', 'nx', 'q', 'pt', 'pk', 'm', 'le')
-    if d[6] == 'fresh' then redis.call('ZREM', k.fresh, ev) end
+    if d[6] == 'fresh' then later('ZREM', k.fresh, ev) end
     -- booked to live until its horizon + the dedup window: delivered before
     -- its horizon, it outlives the delivery by the window already
     if not x or now > x then keep_ended() end
@@ -300,6 +324,7 @@ local function commit(KEYS, ARGV, counters)
     redis.call('HINCRBY', k.rec, 'c', -1)
     park(k, ev, 'held', now, x)
     redis.call('HDEL', k.rec, 'nx')
+    soon(now + 100)
   elseif kind == 'interrupted' then
     redis.call('HINCRBY', k.rec, 'c', -1)
     set('s', 'pending')
@@ -338,12 +363,20 @@ local function commit(KEYS, ARGV, counters)
       redis.call('HSETNX', k.dbatch, 'first', now)
       if redis.call('LLEN', k.dsample) < 20 then redis.call('RPUSH', k.dsample, ARGV[26]) end
     end
-    if same and has('g') and not g[5] then redis.call('HSET', k.gate, 'paused', 'gone', 'paused_at', now) end
+    if same and has('g') and not g[5] then
+      redis.call('HSET', k.gate, 'paused', 'gone', 'paused_at', now)
+      G.gate = nil
+    end
   end
   -- a freed slot may let a parked delivery go: a turn soon, at most one
   -- every 100 ms for the commits of a busy subscriber (what a turn hands
   -- out covers its slots meanwhile)
-  if kind ~= 'interrupted' and redis.call('ZCOUNT', k.lot, '-inf', now) > 0 then soon(now + 100) end
+  -- (the lot counted once a group: what this group parks due now asks
+  -- its own turn above)
+  if kind ~= 'interrupted' then
+    if G.due == nil then G.due = redis.call('ZCOUNT', k.lot, '-inf', now) > 0 end
+    if G.due then soon(now + 100) end
+  end
   for f, n in string.gmatch(ARGV[22], '(%S+) (%S+)') do counters[f] = (counters[f] or 0) + tonumber(n) end
   local reply = notify .. '|' .. change .. '|' .. since .. '|' .. stale
   set('ok', token)
@@ -365,6 +398,9 @@ for i = 1, n do
 end
 -- the counters of every outcome of the group, added once
 for f, v in pairs(counters) do redis.call('HINCRBY', KEYS[9], f, v) end
+if G.an > 0 then redis.call('HINCRBY', KEYS[1], 'a_n', G.an) end
+if G.lt then redis.call('HSET', KEYS[1], 'lt', G.lt) end
+flush()
 return out`)
 
 // Commit writes a run's outcome (see commitScript), in the round trip of

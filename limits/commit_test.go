@@ -517,3 +517,44 @@ func TestCommitGroupCommitsEachOutcome(t *testing.T) {
 			b.rdb.ZCard(ctx, b.k.Runs).Val())
 	}
 }
+
+// A group writes the gate record as its outcomes one by one would: the
+// 2xx counted in the adaptive window (a_n, added once at the group's end),
+// the latency's moving average (lt, written once), and a failure between
+// them that writes the breaker (b_fails, which the 2xx after it deletes:
+// the group reads the record again after a write, with what it has not
+// written yet).
+func TestCommitGroupWritesTheGateAsOneByOne(t *testing.T) {
+	ctx := context.Background()
+	pol := limits.BreakerPolicy{}.WithDefaults()
+	outcomes := func(b *bundle) []limits.Outcome {
+		var os []limits.Outcome
+		for i, lat := range []int{100, 300, 50, 200, 400} {
+			ev := fmt.Sprintf("w%d", i)
+			o := limits.Outcome{EventID: ev, Token: b.taken(t, ev), Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(), Answered: true,
+				Dedup: time.Hour, Breaker: pol, Limit: wide, Latency: time.Duration(lat) * time.Millisecond, Counters: map[string]int64{"delivered": 1}}
+			if i == 2 {
+				o.Kind, o.Backoff, o.DeliveredAt, o.Answered, o.EndpointFailure = limits.OutcomeFailed, 30*time.Second, time.Time{}, false, true
+			}
+			os = append(os, o)
+		}
+		return os
+	}
+	fields := func(b *bundle) []any {
+		return b.rdb.HMGet(ctx, b.k.Record, "a_n", "lt", "b_fails").Val()
+	}
+	group, alone := setup(t), setupOn(t, redis.NewClient(&redis.Options{Addr: redisSrv.Addr}))
+	if _, err := group.g.CommitGroup(ctx, group.k, outcomes(group)); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range outcomes(alone) {
+		if _, err := alone.g.Commit(ctx, alone.k, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// lt: 100, then 0.8 × the last + 0.2 × the new: 140, 122, 137.6 → 138, 190.4 → 190
+	g, a := fmt.Sprint(fields(group)), fmt.Sprint(fields(alone))
+	if g != a || a != "[4 190 <nil>]" {
+		t.Fatalf("a_n, lt, b_fails: %s as a group, %s one by one; want [4 190 <nil>] both", g, a)
+	}
+}

@@ -64,16 +64,18 @@ local function lane()
   end
   return 'backlog'
 end
--- due: handed out to be sent (not past its horizon, to be dead-lettered):
+-- due: handed out to be sent (not past its horizon, to be dead-lettered);
+-- its moves between the sets are put off to the end of its loop (later,
+-- flush): one call for each set, not one per hand-out.
 -- one that goes early because an operator ended the cooldown carries the
 -- time in its record (woken in lua.go)
 local function hand(ev, l, probe, due)
   local woke = due and f.ce_until and tonumber(f.ce_until) > now and woken(f, redis.call('ZSCORE', k.lot, ev), now)
-  redis.call('ZREM', k.lot, ev)
-  redis.call('SREM', k.retry, ev)
-  redis.call('ZREM', k.exp, ev)
-  redis.call('ZADD', k.out, now + lease, ev)
-  if l == 'fresh' then redis.call('ZADD', k.fresh, now + freshttl, ev) end
+  later('ZREM', k.lot, ev)
+  later('SREM', k.retry, ev)
+  later('ZREM', k.exp, ev)
+  later('ZADD', k.out, now + lease, ev)
+  if l == 'fresh' then later('ZADD', k.fresh, now + freshttl, ev) end
   redis.call('HSET', ARGV[1] .. ev, 's', 'pending', 'q', l)
   if woke then redis.call('HSET', ARGV[1] .. ev, 'ce', woke) end
   if probe then redis.call('HSET', k.gate, 'b_probe', now + tonumber(ARGV[5]), 'b_pe', ev) end
@@ -128,6 +130,7 @@ end
 for _, ev in ipairs(redis.call('ZRANGEBYSCORE', k.exp, '-inf', now, 'LIMIT', 0, math.max(batch - handed, 0))) do
   hand(ev, 'backlog', false, false)
 end
+flush()
 local cool = tonumber(redis.call('GET', k.cool) or '0')
 -- An operator ended a cooldown (Gates.EndCooldown): the deliveries parked
 -- until its end (cooling, at exactly ce_until) are due from the operator's
@@ -148,6 +151,7 @@ elseif f.b_open and cool <= now then
     local head = redis.call('ZRANGEBYSCORE', k.lot, '-inf', now, 'LIMIT', 0, 1)
     if head[1] then
       hand(head[1], lane(), true, true)
+      flush()
       soon(now + tonumber(ARGV[5]))
     end
   else
@@ -177,6 +181,7 @@ else
       hand(ev, lane(), false, true)
       taken = taken + 1
     end
+    flush()
   end
   if redis.call('ZCOUNT', k.lot, '-inf', now) > 0 then
     if by_rate <= taken or n == 0 and by_rate < chunk then
@@ -197,6 +202,7 @@ soon((redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES'))[2])
 soon((redis.call('ZRANGE', k.out, 0, 0, 'WITHSCORES'))[2])
 soon((redis.call('ZRANGE', k.runs, 0, 0, 'WITHSCORES'))[2])
 if next then out[1] = math.max(next, now) end
+flush()
 return out`)
 
 // Handout is one delivery a turn handed out: enqueue its task in Lane.
