@@ -68,6 +68,11 @@ type Config struct {
 	// give it the workers' value. Default 1s; negative (the variable set
 	// to 0): no wait.
 	MaxWait time.Duration
+	// BatchAfter (HOOKLANE_BATCH_AFTER) is how many of a subscriber's
+	// deliveries may wait in asynq as tasks of their own before its new
+	// events join its lot and travel in batches (producer.Config.BatchAfter).
+	// Default 8; negative (the variable set to 0): no cap.
+	BatchAfter int
 	// MaxRegions (HOOKLANE_MAX_REGIONS) is how many regions subscribers may
 	// name, the default one included (producer.Config.MaxRegions). Default 8.
 	MaxRegions int
@@ -199,6 +204,16 @@ func FromEnv() (Config, error) {
 			c.MaxWait = -1
 		default:
 			c.MaxWait = d
+		}
+	}
+	if v := os.Getenv("HOOKLANE_BATCH_AFTER"); v != "" {
+		switch n, perr := strconv.Atoi(v); {
+		case perr != nil || n < 0 || n > 10000:
+			err = errors.Join(err, fmt.Errorf("web: HOOKLANE_BATCH_AFTER=%q: want a whole number from 0 (no cap) to 10000", v))
+		case n == 0:
+			c.BatchAfter = -1
+		default:
+			c.BatchAfter = n
 		}
 	}
 	if v := os.Getenv("HOOKLANE_METRICS_MAX_SUBSCRIBERS"); v != "" {

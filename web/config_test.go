@@ -39,6 +39,24 @@ func TestFromEnvReadsTheRedisConfig(t *testing.T) {
 	}
 }
 
+// HOOKLANE_BATCH_AFTER: how many of a subscriber's tasks wait in asynq
+// before its new events travel batched (producer.Config.BatchAfter), 0
+// being no cap; anything else is refused, naming it.
+func TestFromEnvReadsBatchAfter(t *testing.T) {
+	for v, want := range map[string]int{"0": -1, "32": 32} {
+		t.Setenv("HOOKLANE_BATCH_AFTER", v)
+		if c, err := web.FromEnv(); err != nil || c.BatchAfter != want {
+			t.Fatalf("HOOKLANE_BATCH_AFTER=%s: %v, %v; want %v", v, c.BatchAfter, err, want)
+		}
+	}
+	for _, v := range []string{"-1", "10001", "many"} {
+		t.Setenv("HOOKLANE_BATCH_AFTER", v)
+		if _, err := web.FromEnv(); err == nil || !strings.Contains(err.Error(), "HOOKLANE_BATCH_AFTER") {
+			t.Fatalf("HOOKLANE_BATCH_AFTER=%s: %v, want an error naming it", v, err)
+		}
+	}
+}
+
 // The web process reads HOOKLANE_MAX_WAIT as the worker does, 0 being no
 // wait, for its publishes' fast path (producer.Config.MaxWait).
 func TestFromEnvReadsTheWorkersMaxWait(t *testing.T) {

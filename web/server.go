@@ -50,7 +50,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, rdb: rdb}
 	s.p, err = producer.New(&producer.Config{Redis: s.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger,
 		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention, MaxNotBefore: cfg.MaxNotBefore,
-		AllowedCIDRs: cfg.AllowedCIDRs, MaxRegions: cfg.MaxRegions, MaxWait: cfg.MaxWait})
+		AllowedCIDRs: cfg.AllowedCIDRs, MaxRegions: cfg.MaxRegions, MaxWait: cfg.MaxWait, BatchAfter: cfg.BatchAfter})
 	if err != nil {
 		s.rdb.Close()
 		return nil, err
