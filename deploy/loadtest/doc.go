@@ -1,8 +1,8 @@
 // Package loadtest is hooklane's load harness: an adversarial receiver that
 // hosts many subscriber endpoints on 127.0.0.1, an open-loop event
 // generator, the scenarios of issue 4 (viral burst, spike ladder,
-// throughput against a plain-asynq floor), and the report and chart of a
-// run.
+// throughput against a plain-asynq floor), a trickle of single events
+// against the same floor, and the report and chart of a run.
 //
 // It tests the system the way seed 000 asks, "like an adversary": the
 // receiver enforces its own rate limits, answers 429 with Retry-After and

@@ -27,6 +27,7 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		t.Skip("integration test; runs ~60s")
 	}
 	out := t.TempDir()
+	trickle := TrickleSpec{Subscribers: 20, Sweeps: 3, Rate: 100}
 	cfg := Config{
 		Out: out,
 		// The rate-enforcing endpoints enforce 0.8 of the registered rate
@@ -41,6 +42,7 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		// learnt (the minute of it is the worker's
 		// TestAdaptiveRateLearnsAReceiverFiveTimesSlower).
 		Limited: &LimitedSpec{Events: 12, Rate: 10, Below: 5, RetryAfter: 3 * time.Second},
+		Trickle: &trickle,
 		// Short backoff so the down CRM and the flaky endpoint settle in
 		// seconds; the limits and Retry-After handling are the real ones.
 		Worker:  worker.Config{BackoffBase: 200 * time.Millisecond, BackoffMax: 2 * time.Second},
@@ -56,8 +58,8 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		Slack: 50 * time.Millisecond,
 	}
 	rep := runLogged(t, 3*time.Minute, cfg)
-	if len(rep.Scenarios) != 4 {
-		t.Fatalf("%d scenario reports, want 4", len(rep.Scenarios))
+	if len(rep.Scenarios) != 5 {
+		t.Fatalf("%d scenario reports, want 5", len(rep.Scenarios))
 	}
 	for _, r := range rep.Scenarios {
 		// A limit violation excused by a stall, a stall across a
@@ -111,6 +113,7 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 	if l := scenario(t, rep, ScenarioLimited).Subscribers; len(l) != 1 || l[0].ThrottledPerMin <= 0 {
 		t.Errorf("limited: %+v; want its 429s a minute reported", l)
 	}
+	checkTrickle(t, scenario(t, rep, ScenarioTrickle), trickle)
 	for _, f := range []string{"report.json", "summary.txt"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Error(err)

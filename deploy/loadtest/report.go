@@ -73,6 +73,7 @@ type ScenarioReport struct {
 	Latency               []LatencyCompare `json:"latency,omitempty"`
 	Steps                 []Step           `json:"steps,omitempty"`
 	Throughput            *Throughput      `json:"throughput,omitempty"`
+	Trickle               *Trickle         `json:"trickle,omitempty"`
 	Queue                 []QueueSample    `json:"queue_backlog,omitempty"`
 	Chart                 string           `json:"chart,omitempty"`
 	Notes                 []string         `json:"notes,omitempty"`

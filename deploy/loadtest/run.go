@@ -27,6 +27,7 @@ const (
 	ScenarioSpike      = "spike"
 	ScenarioThroughput = "throughput"
 	ScenarioLimited    = "limited"
+	ScenarioTrickle    = "trickle"
 )
 
 // Config configures a run. Zero fields take the defaults named.
@@ -35,7 +36,7 @@ type Config struct {
 	// subprocesses' logs. Default ".hooklane/bench".
 	Out string
 	// Scenarios to run, in this order. Default viral, spike, throughput,
-	// limited.
+	// limited, trickle.
 	Scenarios []string
 	// Scale multiplies event counts and the spike ladder's rates. Default 1.
 	Scale float64
@@ -87,11 +88,13 @@ type Config struct {
 	MaxLag time.Duration
 	// Timeout caps each scenario's wait for its queue to settle. Default 10m.
 	Timeout time.Duration
-	// Viral, Spike, Throughput and Limited override the scenarios' sizes.
+	// Viral, Spike, Throughput, Limited and Trickle override the
+	// scenarios' sizes.
 	Viral      *ViralSpec
 	Spike      *SpikeSpec
 	Throughput *ThroughputSpec
 	Limited    *LimitedSpec
+	Trickle    *TrickleSpec
 	// ViralExtras adds a flaky and a gone subscriber to the viral burst.
 	ViralExtras bool
 	// Command is recorded in the report: how to repeat the run.
@@ -104,7 +107,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.Out = cmp.Or(c.Out, ".hooklane/bench")
 	if len(c.Scenarios) == 0 {
-		c.Scenarios = []string{ScenarioViral, ScenarioSpike, ScenarioThroughput, ScenarioLimited}
+		c.Scenarios = []string{ScenarioViral, ScenarioSpike, ScenarioThroughput, ScenarioLimited, ScenarioTrickle}
 	}
 	c.Scale = cmp.Or(c.Scale, 1)
 	c.Hold = cmp.Or(c.Hold, 30*time.Second)
@@ -132,8 +135,8 @@ func (c Config) WithDefaults() Config {
 
 func (c Config) validate() error {
 	for _, s := range c.Scenarios {
-		if !slices.Contains([]string{ScenarioViral, ScenarioSpike, ScenarioThroughput, ScenarioLimited}, s) {
-			return fmt.Errorf("loadtest: Scenarios: unknown scenario %q (want viral, spike, throughput, limited)", s)
+		if !slices.Contains([]string{ScenarioViral, ScenarioSpike, ScenarioThroughput, ScenarioLimited, ScenarioTrickle}, s) {
+			return fmt.Errorf("loadtest: Scenarios: unknown scenario %q (want viral, spike, throughput, limited, trickle)", s)
 		}
 	}
 	switch {
@@ -231,6 +234,8 @@ func Run(ctx context.Context, cfg Config, summary io.Writer) (*Report, error) {
 			err = e.runThroughput(ctx, r)
 		case ScenarioLimited:
 			err = e.runLimited(ctx, r)
+		case ScenarioTrickle:
+			err = e.runTrickle(ctx, r)
 		}
 		if err != nil {
 			return rep, fmt.Errorf("scenario %s: %w", name, err)

@@ -65,23 +65,7 @@ func (r *ScenarioReport) summary(w io.Writer) {
 	if len(r.Workers) > 1 {
 		fmt.Fprintf(w, "   workers: %s\n", procsText(r.Workers))
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "   subscriber\tlimit\tcapacity/s\tsteady/s\tworst window (n/s ≤ allowed)\t429\toverlap\tearly\tbans\t403\tpub\tdeliv\tdead\tlost\tdup\truns/deliv\tp50 ms\tp99 ms\tdrain s\tmin s\t")
-	for _, s := range r.Subscribers {
-		fmt.Fprintf(tw, "   %s\t%g/s b%d if%d\t%.0f\t%s\t%d/%.2fs ≤ %.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.0f\t%s\t%s\t\n",
-			s.ID, s.Rate, s.Burst, s.MaxInFlight, s.Capacity, steadyText(s.SteadyRate), s.Worst.Count, s.Worst.Span, s.Worst.Allowed,
-			s.Stats.Throttled, s.Stats.Overlap, s.Stats.Early, s.Stats.Bans, s.Stats.Banned,
-			s.Published, s.Delivered, s.Dead, s.Lost, s.Duplicates, ratio(float64(s.Runs), float64(s.Delivered)),
-			s.Latency.P50, s.Latency.P99, orDash(s.DrainS), orDash(s.MinDrainS))
-	}
-	tw.Flush()
-	for _, s := range r.Subscribers {
-		fmt.Fprintf(w, "   %s (%s): %s", s.ID, s.Role, s.Behaviour)
-		if len(s.DeadReasons) > 0 {
-			fmt.Fprintf(w, "; dead: %v", s.DeadReasons)
-		}
-		fmt.Fprintf(w, "%s\n", adversaryText(s))
-	}
+	subscribersText(w, r.Subscribers)
 	for _, l := range r.Latency {
 		fmt.Fprintf(w, "   latency %s publish→delivery: alone p50 %.0fms p99 %.0fms; with the bad subscribers p50 %.0fms p99 %.0fms; ratio p50 %.2f, p99 %.2f\n",
 			l.Subscriber, l.Alone.P50, l.Alone.P99, l.WithBad.P50, l.WithBad.P99, l.RatioP50, l.RatioP99)
@@ -94,11 +78,41 @@ func (r *ScenarioReport) summary(w io.Writer) {
 	if t := r.Throughput; t != nil {
 		t.summary(w)
 	}
+	if t := r.Trickle; t != nil {
+		t.summary(w)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "   note: %s\n", n)
 	}
 	if r.Chart != "" {
 		fmt.Fprintf(w, "   chart: %s\n", r.Chart)
+	}
+}
+
+// subscribersText is a row per subscriber, then its role, behaviour and
+// what its endpoint did; more than maxListed get one line for all
+// (subscribersSum), and report.json has each.
+func subscribersText(w io.Writer, subs []*SubReport) {
+	if len(subs) > maxListed {
+		subscribersSum(w, subs)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "   subscriber\tlimit\tcapacity/s\tsteady/s\tworst window (n/s ≤ allowed)\t429\toverlap\tearly\tbans\t403\tpub\tdeliv\tdead\tlost\tdup\truns/deliv\tp50 ms\tp99 ms\tdrain s\tmin s\t")
+	for _, s := range subs {
+		fmt.Fprintf(tw, "   %s\t%g/s b%d if%d\t%.0f\t%s\t%d/%.2fs ≤ %.1f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.0f\t%.0f\t%s\t%s\t\n",
+			s.ID, s.Rate, s.Burst, s.MaxInFlight, s.Capacity, steadyText(s.SteadyRate), s.Worst.Count, s.Worst.Span, s.Worst.Allowed,
+			s.Stats.Throttled, s.Stats.Overlap, s.Stats.Early, s.Stats.Bans, s.Stats.Banned,
+			s.Published, s.Delivered, s.Dead, s.Lost, s.Duplicates, ratio(float64(s.Runs), float64(s.Delivered)),
+			s.Latency.P50, s.Latency.P99, orDash(s.DrainS), orDash(s.MinDrainS))
+	}
+	tw.Flush()
+	for _, s := range subs {
+		fmt.Fprintf(w, "   %s (%s): %s", s.ID, s.Role, s.Behaviour)
+		if len(s.DeadReasons) > 0 {
+			fmt.Fprintf(w, "; dead: %v", s.DeadReasons)
+		}
+		fmt.Fprintf(w, "%s\n", adversaryText(s))
 	}
 }
 
@@ -115,16 +129,7 @@ func (t *Throughput) summary(w io.Writer) {
 	}
 	paths = append(paths, path{fmt.Sprintf("hooklane (%s)", plural(len(t.Hooklane.Processes), "worker", "workers")), t.Hooklane})
 	for _, p := range paths {
-		fmt.Fprintf(w, "   %s, median round: %.0f deliveries/s; per delivery: Redis %.1f commands, %.2f round trips, %.0f µs CPU; server CPU %s%s; receiver CPU %.0f µs; peak RSS %s%s\n",
-			p.name, p.r.PerSec, p.r.Redis.CommandsPerDelivery, p.r.Redis.RoundTripsPerDelivery, p.r.Redis.CPUUsecPerDelivery,
-			cpuText(p.r.ServerCPU), summed(len(p.r.Processes), p.r.ServerCPU), p.r.HarnessCPU, rssText(p.r.PeakRSSMiB), summed(len(p.r.Processes), p.r.PeakRSSMiB))
-		fmt.Fprintf(w, "     top Redis commands: %s\n", topText(p.r.Redis.Top))
-		if len(p.r.Redis.Masters) > 1 {
-			fmt.Fprintf(w, "     per master: %s\n", mastersText(p.r.Redis.Masters))
-		}
-		if len(p.r.Processes) > 1 {
-			fmt.Fprintf(w, "     processes: %s\n", procsText(p.r.Processes))
-		}
+		pathText(w, p.name, p.r, "receiver")
 	}
 	multi := ""
 	if t.FloorMulti != nil {
@@ -139,6 +144,22 @@ func (t *Throughput) summary(w io.Writer) {
 	if t.CPURatio > 0 {
 		fmt.Fprintf(w, "   CPU per delivery (Redis + server + receiver), median rounds: hooklane %.0f µs, floor %.0f µs: %.2f× the floor's\n",
 			t.Hooklane.CPU(), t.Floor.CPU(), t.CPURatio)
+	}
+}
+
+// pathText is one path's median round: its rate, and per delivery its
+// Redis work and the CPU of each part (harness: what this process did,
+// the receiver and, when it published during the round, the publisher).
+func pathText(w io.Writer, name string, r PathResult, harness string) {
+	fmt.Fprintf(w, "   %s, median round: %.0f deliveries/s; per delivery: Redis %.1f commands, %.2f round trips, %.0f µs CPU; server CPU %s%s; %s CPU %.0f µs; peak RSS %s%s\n",
+		name, r.PerSec, r.Redis.CommandsPerDelivery, r.Redis.RoundTripsPerDelivery, r.Redis.CPUUsecPerDelivery,
+		cpuText(r.ServerCPU), summed(len(r.Processes), r.ServerCPU), harness, r.HarnessCPU, rssText(r.PeakRSSMiB), summed(len(r.Processes), r.PeakRSSMiB))
+	fmt.Fprintf(w, "     top Redis commands: %s\n", topText(r.Redis.Top))
+	if len(r.Redis.Masters) > 1 {
+		fmt.Fprintf(w, "     per master: %s\n", mastersText(r.Redis.Masters))
+	}
+	if len(r.Processes) > 1 {
+		fmt.Fprintf(w, "     processes: %s\n", procsText(r.Processes))
 	}
 }
 
