@@ -110,7 +110,7 @@ type Config struct {
 	// asynq for a worker as tasks of their own before its new events join
 	// its lot, whence the workers' turns hand them out in batches
 	// (worker.Config.BatchMax a task): an idle subscriber's event goes at
-	// once, alone; a backlogged one's travel batched. Default 8; negative:
+	// once, alone; a backlogged one's travel batched. Default 64; negative:
 	// no cap (every event that can go at once goes as its own task).
 	BatchAfter int
 	// WaitReplicas, when positive, makes a publish (Publish, SendTo, Replay)
@@ -216,7 +216,7 @@ const DefaultMaxNotBefore = 7 * 24 * time.Hour
 const DefaultMaxRegions = 8
 
 // DefaultBatchAfter is Config.BatchAfter's default.
-const DefaultBatchAfter = 8
+const DefaultBatchAfter = 64
 
 // Producer registers subscribers and publishes events. It is safe for
 // concurrent use.

@@ -413,8 +413,8 @@ func TestConcurrentReplaysOfOneEntryBookOnce(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		// booked: handed to asynq, or (once 8 of s's wait there with no
-		// worker to take them: Config.BatchAfter) parked for a turn
+		// booked: handed to asynq, or (once Config.BatchAfter of s's wait
+		// there with no worker to take them) parked for a turn
 		booked := 0
 		for _, o := range outs {
 			for _, r := range o {

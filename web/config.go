@@ -71,7 +71,7 @@ type Config struct {
 	// BatchAfter (HOOKLANE_BATCH_AFTER) is how many of a subscriber's
 	// deliveries may wait in asynq as tasks of their own before its new
 	// events join its lot and travel in batches (producer.Config.BatchAfter).
-	// Default 8; negative (the variable set to 0): no cap.
+	// Default 64; negative (the variable set to 0): no cap.
 	BatchAfter int
 	// MaxRegions (HOOKLANE_MAX_REGIONS) is how many regions subscribers may
 	// name, the default one included (producer.Config.MaxRegions). Default 8.

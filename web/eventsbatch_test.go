@@ -239,7 +239,7 @@ func TestBatchPublishCountsEachEventAgainstTheIngestRate(t *testing.T) {
 	})
 	var ans batchAnswer
 	// booked anew, not a duplicate: handed to asynq, or parked for a turn
-	// (8 of s's wait in asynq already, with no worker: BatchAfter)
+	// (once BatchAfter of s's wait in asynq, with no worker)
 	if err := json.Unmarshal(again.body, &ans); again.status != 202 || err != nil || ans.Failed != 0 ||
 		ans.said()[0] != "202 s=enqueued" && ans.said()[0] != "202 s=scheduled" {
 		t.Fatalf("the refused batch again: %d %s; want each event booked anew (the refusal wrote nothing)", again.status, again.body)
