@@ -5,6 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
+
 	"github.com/hooklane/hooklane/web"
 )
 
@@ -71,5 +76,21 @@ func TestFromEnvReadsTheWorkersMaxWait(t *testing.T) {
 		if _, err := web.FromEnv(); err == nil || !strings.Contains(err.Error(), "HOOKLANE_MAX_WAIT") {
 			t.Fatalf("HOOKLANE_MAX_WAIT=%s: %v, want an error naming it", v, err)
 		}
+	}
+}
+
+// hooklane web keeps up to WebPoolSize Redis connections, not go-redis'
+// 10 a core (a spike of publishes queued for them), unless REDIS_URL names
+// its own pool_size.
+func TestServerPoolSize(t *testing.T) {
+	for url, want := range map[string]int{redisSrv.URL: web.WebPoolSize, redisSrv.URL + "?pool_size=7": 7} {
+		s, err := web.New(web.Config{Token: token, RedisConfig: deploy.RedisConfig{URL: url}, Namespace: testkit.Namespace("pool"), Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Redis().(*redis.Client).Options().PoolSize; got != want {
+			t.Errorf("REDIS_URL %s: pool size %d; want %d", url, got, want)
+		}
+		s.Close()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -43,7 +44,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	// An API client waiting on a dead Redis wants its 503 now, not after
 	// go-redis's default 5 dials times 3 retries.
-	rdb, err := cfg.RedisConfig.NewClient(deploy.ClientTuning{DialerRetries: 1, MaxRetries: 1})
+	rdb, err := cfg.RedisConfig.NewClient(deploy.ClientTuning{DialerRetries: 1, MaxRetries: 1, PoolSize: poolSize(cfg.RedisConfig)})
 	if err != nil {
 		return nil, fmt.Errorf("web: %w", err)
 	}
@@ -150,4 +151,22 @@ func (s *Server) Close() error {
 		s.closeErr = errors.Join(s.mon.Close(), s.rdb.Close())
 	})
 	return s.closeErr
+}
+
+// WebPoolSize is the most Redis connections (per node) hooklane web keeps,
+// unless REDIS_URL names its own (pool_size): a publish makes several
+// round trips one after the other, and under a spike of publishes
+// go-redis' default of 10 a core (20 on 2 cores) queued each of them for a
+// connection: seed 003's spike (2,000 publishes/s) waited 9.4 s at p99
+// against 0.59 s with 200 (BenchmarkPublishSpike; deploy/BENCHMARKS.md,
+// "The publish path under a spike"). Connections open as they are needed.
+const WebPoolSize = 200
+
+// poolSize is the tuning's pool size for c: WebPoolSize, or 0 (the URL's
+// own) when c's URL names one.
+func poolSize(c deploy.RedisConfig) int {
+	if u, err := url.Parse(c.URL); err == nil && u.Query().Has("pool_size") {
+		return 0
+	}
+	return WebPoolSize
 }
