@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
@@ -166,6 +168,21 @@ func faultAt(t *testing.T, point, mode string) {
 			expireLeases(t, b.rdb, ns, sub)
 		}
 		startProc(t, redisURL(), ns)
+	}
+	if mode == "lose" && point == worker.FaultTurn {
+		// What the lost turn handed out waits in out for its lease (2 min,
+		// GUARANTEES' table): moved back, as the kills' leases are, for the
+		// next turn to hand it out again, once the turn's script ran (the
+		// worker logs the lost reply).
+		testkit.Eventually(t, 10*time.Second, "the lost turn logged", func() bool {
+			return strings.Contains(w.log.String(), "dispatcher: turn failed")
+		})
+		for _, sub := range []string{"s", "p"} {
+			out := tasks.Keys(ns).Gates(sub).Out
+			for _, m := range b.rdb.ZRange(context.Background(), out, 0, -1).Val() {
+				b.rdb.ZAddXX(context.Background(), out, redis.Z{Score: 1, Member: m})
+			}
+		}
 	}
 	fr.mu.Lock()
 	fr.holdP = false
