@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/tasks"
 )
@@ -556,5 +558,59 @@ func TestCommitGroupWritesTheGateAsOneByOne(t *testing.T) {
 	g, a := fmt.Sprint(fields(group)), fmt.Sprint(fields(alone))
 	if g != a || a != "[4 190 <nil>]" {
 		t.Fatalf("a_n, lt, b_fails: %s as a group, %s one by one; want [4 190 <nil>] both", g, a)
+	}
+}
+
+// Requirement 4 of issue 33: a group of outcomes (a batch's) writes the
+// subscriber's bookkeeping once, not once per delivery: its counters and
+// the adaptive window's 2xx count one HINCRBY each, its releases of slots,
+// runs and fresh-lane places one ZREM each; each record is still written
+// on its own (an HSET each, and the latency's once). Counted by Redis'
+// commandstats on a server of its own, 16 delivered outcomes as a group
+// and the same one by one.
+func TestCommitGroupWritesTheBookkeepingOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := deploy.StartRedis(ctx, deploy.RedisOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	calls := func(group bool) map[string]int64 {
+		b := setupOn(t, redis.NewClient(&redis.Options{Addr: srv.Addr}))
+		var os []limits.Outcome
+		for i := range 16 {
+			ev := fmt.Sprintf("k%02d", i)
+			os = append(os, limits.Outcome{EventID: ev, Token: b.taken(t, ev), Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(),
+				Answered: true, Dedup: time.Hour, Breaker: limits.BreakerPolicy{}.WithDefaults(), Limit: wide,
+				Latency: time.Duration(10+i) * time.Millisecond, Counters: map[string]int64{"delivered": 1, "http:200": 1}})
+		}
+		before := testkit.CommandCalls(t, b.rdb)
+		if group {
+			if _, err := b.g.CommitGroup(ctx, b.k, os); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for _, o := range os {
+				if _, err := b.g.Commit(ctx, b.k, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		after := testkit.CommandCalls(t, b.rdb)
+		out := map[string]int64{}
+		for _, c := range []string{"hincrby", "zrem", "hset"} {
+			out[c] = after[c] - before[c]
+		}
+		return out
+	}
+	alone, group := calls(false), calls(true)
+	// hincrby: delivered, http:200, a_n (the first 2xx opens the window: an
+	// HSET); zrem: inflight, runs, fresh; hset: 16 records, the window, lt
+	if group["hincrby"] != 3 || group["zrem"] != 3 || group["hset"] != 18 {
+		t.Fatalf("a group of 16: %v; want hincrby 3, zrem 3, hset 18 (one by one: %v)", group, alone)
+	}
+	if alone["hincrby"] != 16*2+15 || alone["zrem"] != 16*3 {
+		t.Fatalf("16 one by one: %v; want hincrby 47, zrem 48 (the control)", alone)
 	}
 }
