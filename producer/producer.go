@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -217,6 +218,19 @@ const DefaultMaxRegions = 8
 
 // DefaultBatchAfter is Config.BatchAfter's default.
 const DefaultBatchAfter = 64
+
+// ParseBatchAfter reads a BatchAfter setting as HOOKLANE_BATCH_AFTER gives
+// it: a whole number from 0 (no cap: -1 in Config) to 10,000.
+func ParseBatchAfter(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	switch {
+	case err != nil || n < 0 || n > 10000:
+		return 0, errors.New("want a whole number from 0 (no cap) to 10000")
+	case n == 0:
+		return -1, nil
+	}
+	return n, nil
+}
 
 // Producer registers subscribers and publishes events. It is safe for
 // concurrent use.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -207,14 +208,11 @@ func FromEnv() (Config, error) {
 		}
 	}
 	if v := os.Getenv("HOOKLANE_BATCH_AFTER"); v != "" {
-		switch n, perr := strconv.Atoi(v); {
-		case perr != nil || n < 0 || n > 10000:
-			err = errors.Join(err, fmt.Errorf("web: HOOKLANE_BATCH_AFTER=%q: want a whole number from 0 (no cap) to 10000", v))
-		case n == 0:
-			c.BatchAfter = -1
-		default:
-			c.BatchAfter = n
+		n, perr := producer.ParseBatchAfter(v)
+		if perr != nil {
+			err = errors.Join(err, fmt.Errorf("web: HOOKLANE_BATCH_AFTER=%q: %w", v, perr))
 		}
+		c.BatchAfter = n
 	}
 	if v := os.Getenv("HOOKLANE_METRICS_MAX_SUBSCRIBERS"); v != "" {
 		n, perr := strconv.Atoi(v)

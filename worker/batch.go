@@ -167,8 +167,12 @@ func (g *group[In, Out]) drain(ctx context.Context) {
 }
 
 // gather waits until every running delivery of the batch waits in the
-// group, or linger has passed.
+// group, or linger has passed (none: the ready index's writes, which
+// nothing after them waits for).
 func (g *group[In, Out]) gather() {
+	if g.linger <= 0 {
+		return
+	}
 	var timer *time.Timer
 	for {
 		g.mu.Lock()

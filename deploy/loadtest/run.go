@@ -349,22 +349,17 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 
 // producer is the harness' producer on namespace ns.
 func (e *env) producer(ns string) (*producer.Producer, error) {
-	return producer.New(&producer.Config{Redis: e.rdb, Namespace: ns, Shards: e.cfg.Worker.Shards, Logger: e.log, AllowedCIDRs: e.cfg.Worker.AllowedCIDRs,
-		MaxWait: e.cfg.Worker.MaxWait, BatchAfter: batchAfterFromEnv()})
-}
-
-// batchAfterFromEnv is HOOKLANE_BATCH_AFTER as hooklane web reads it
-// (0: no cap), for the harness' producer, which stands for the web
-// processes: 0 (the default) when unset or not a whole number.
-func batchAfterFromEnv() int {
-	n, err := strconv.Atoi(os.Getenv("HOOKLANE_BATCH_AFTER"))
-	switch {
-	case err != nil || n < 0:
-		return 0
-	case n == 0:
-		return -1
+	// HOOKLANE_BATCH_AFTER as hooklane web reads it: the harness' producer
+	// stands for the web processes
+	after := 0
+	if v := os.Getenv("HOOKLANE_BATCH_AFTER"); v != "" {
+		var err error
+		if after, err = producer.ParseBatchAfter(v); err != nil {
+			return nil, fmt.Errorf("HOOKLANE_BATCH_AFTER=%q: %w", v, err)
+		}
 	}
-	return n
+	return producer.New(&producer.Config{Redis: e.rdb, Namespace: ns, Shards: e.cfg.Worker.Shards, Logger: e.log, AllowedCIDRs: e.cfg.Worker.AllowedCIDRs,
+		MaxWait: e.cfg.Worker.MaxWait, BatchAfter: after})
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
