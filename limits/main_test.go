@@ -35,7 +35,7 @@ func setup(t *testing.T) *bundle {
 }
 
 // setupOn is setup on client c (closed when the test ends).
-func setupOn(t *testing.T, c *redis.Client) *bundle {
+func setupOn(t testing.TB, c *redis.Client) *bundle {
 	t.Cleanup(func() { c.Close() })
 	ns := tasks.Keys(testkit.Namespace("t"))
 	b := &bundle{g: limits.NewGates(c), rdb: c, ns: ns, k: ns.Gates("s"),
@@ -49,7 +49,7 @@ func setupOn(t *testing.T, c *redis.Client) *bundle {
 var wide = limits.Limit{Rate: 1000, Burst: 1000, Period: time.Second}
 
 // book books event ev for "s" with b's pace (held: even while paused).
-func (b *bundle) book(t *testing.T, ev string, edit ...func(*limits.Booking)) limits.Booked {
+func (b *bundle) book(t testing.TB, ev string, edit ...func(*limits.Booking)) limits.Booked {
 	t.Helper()
 	bk := limits.Booking{Keys: b.k, EventID: ev, EventType: "t", Horizon: time.Hour, Dedup: time.Hour, MaxAttempts: 3, Held: true,
 		Token: limits.NewToken(), Pace: b.pace}
@@ -95,7 +95,7 @@ func (b *bundle) commit(t *testing.T, ev, token string, o limits.Outcome) limits
 }
 
 // turn runs a dispatcher's turn for "s".
-func (b *bundle) turn(t *testing.T) limits.TurnResult {
+func (b *bundle) turn(t testing.TB) limits.TurnResult {
 	t.Helper()
 	r, err := b.g.Turn(context.Background(), b.k, b.pace, time.Minute)
 	if err != nil {

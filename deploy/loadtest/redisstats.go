@@ -18,8 +18,11 @@ import (
 type redisStats struct {
 	Calls map[string]int64 // per command, including those run inside Lua
 	Usec  int64            // Redis CPU time spent in commands
-	Reads int64            // total_reads_processed: one per client round trip, near enough
-	CPU   time.Duration    // used_cpu_user + used_cpu_sys: the server's whole CPU, I/O included
+	// UsecBy is Usec per command; a script's (evalsha's) includes the
+	// commands it ran, which are counted under their own names as well.
+	UsecBy map[string]int64
+	Reads  int64         // total_reads_processed: one per client round trip, near enough
+	CPU    time.Duration // used_cpu_user + used_cpu_sys: the server's whole CPU, I/O included
 	// Nodes are the same counters of each master (of the one server),
 	// by address.
 	Nodes map[string]redisStats
@@ -32,7 +35,7 @@ func (e *env) redisSnapshot(ctx context.Context) (redisStats, error) {
 // snapshotRedis reads INFO on every master of rdb (on its one server when
 // it is not a Cluster client) and sums it.
 func snapshotRedis(ctx context.Context, rdb redis.UniversalClient) (redisStats, error) {
-	s := redisStats{Calls: map[string]int64{}, Nodes: map[string]redisStats{}}
+	s := redisStats{Calls: map[string]int64{}, UsecBy: map[string]int64{}, Nodes: map[string]redisStats{}}
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
 		n, err := nodeSnapshot(ctx, rdb)
@@ -65,6 +68,9 @@ func (s *redisStats) add(addr string, node redisStats) {
 	for k, v := range node.Calls {
 		s.Calls[k] += v
 	}
+	for k, v := range node.UsecBy {
+		s.UsecBy[k] += v
+	}
 	s.Usec += node.Usec
 	s.Reads += node.Reads
 	s.CPU += node.CPU
@@ -73,7 +79,7 @@ func (s *redisStats) add(addr string, node redisStats) {
 
 // nodeSnapshot reads one server's counters.
 func nodeSnapshot(ctx context.Context, c redis.Cmdable) (redisStats, error) {
-	s := redisStats{Calls: map[string]int64{}}
+	s := redisStats{Calls: map[string]int64{}, UsecBy: map[string]int64{}}
 	txt, err := c.Info(ctx, "commandstats", "stats", "cpu").Result()
 	if err != nil {
 		return s, err
@@ -99,6 +105,7 @@ func nodeSnapshot(ctx context.Context, c redis.Cmdable) (redisStats, error) {
 			case "calls":
 				s.Calls[cmd] = n
 			case "usec":
+				s.UsecBy[cmd] = n
 				s.Usec += n
 			}
 		}
@@ -108,10 +115,15 @@ func nodeSnapshot(ctx context.Context, c redis.Cmdable) (redisStats, error) {
 
 // sub returns s − before, node by node as well.
 func (s redisStats) sub(before redisStats) redisStats {
-	d := redisStats{Calls: map[string]int64{}, Usec: s.Usec - before.Usec, Reads: s.Reads - before.Reads, CPU: s.CPU - before.CPU}
+	d := redisStats{Calls: map[string]int64{}, UsecBy: map[string]int64{}, Usec: s.Usec - before.Usec, Reads: s.Reads - before.Reads, CPU: s.CPU - before.CPU}
 	for k, v := range s.Calls {
 		if n := v - before.Calls[k]; n > 0 {
 			d.Calls[k] = n
+		}
+	}
+	for k, v := range s.UsecBy {
+		if n := v - before.UsecBy[k]; n > 0 {
+			d.UsecBy[k] = n
 		}
 	}
 	if s.Nodes != nil {

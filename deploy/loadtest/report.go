@@ -86,7 +86,10 @@ type RedisCost struct {
 	UsecPerDelivery       float64    `json:"usec_per_delivery"`     // Redis time inside commands
 	CPUUsecPerDelivery    float64    `json:"cpu_usec_per_delivery"` // Redis process CPU, I/O included
 	Top                   []CmdShare `json:"top"`
-	IncludesPublishing    bool       `json:"includes_publishing"`
+	// TopTime is the commands that took Redis the most time, µs per
+	// delivery (a script's time includes its commands').
+	TopTime            []CmdShare `json:"top_time"`
+	IncludesPublishing bool       `json:"includes_publishing"`
 	// Masters are each master's share of the figures above, which are
 	// their sums (one entry on one server).
 	Masters []NodeCost `json:"masters"`
@@ -119,6 +122,13 @@ func redisCost(d redisStats, deliveries int, publishing bool) RedisCost {
 	sort.Slice(c.Top, func(i, j int) bool { return c.Top[i].PerDelivery > c.Top[j].PerDelivery })
 	if len(c.Top) > 8 {
 		c.Top = c.Top[:8]
+	}
+	for k, v := range d.UsecBy {
+		c.TopTime = append(c.TopTime, CmdShare{Cmd: k, PerDelivery: float64(v) / n})
+	}
+	sort.Slice(c.TopTime, func(i, j int) bool { return c.TopTime[i].PerDelivery > c.TopTime[j].PerDelivery })
+	if len(c.TopTime) > 8 {
+		c.TopTime = c.TopTime[:8]
 	}
 	for _, addr := range d.nodeAddrs() {
 		m := d.Nodes[addr]

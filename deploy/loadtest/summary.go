@@ -155,6 +155,7 @@ func pathText(w io.Writer, name string, r PathResult, harness string) {
 		name, r.PerSec, r.Redis.CommandsPerDelivery, r.Redis.RoundTripsPerDelivery, r.Redis.CPUUsecPerDelivery,
 		cpuText(r.ServerCPU), summed(len(r.Processes), r.ServerCPU), harness, r.HarnessCPU, rssText(r.PeakRSSMiB), summed(len(r.Processes), r.PeakRSSMiB))
 	fmt.Fprintf(w, "     top Redis commands: %s\n", topText(r.Redis.Top))
+	fmt.Fprintf(w, "     Redis time, µs: %s\n", topText(r.Redis.TopTime))
 	if len(r.Redis.Masters) > 1 {
 		fmt.Fprintf(w, "     per master: %s\n", mastersText(r.Redis.Masters))
 	}

@@ -1,0 +1,113 @@
+package limits_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/limits"
+)
+
+// BenchmarkBatchScripts is what Redis spends on a batch's scripts, per
+// delivery: a turn handing out 16 parked deliveries of one subscriber,
+// their Admits as one group and their delivered outcomes as one commit
+// group, on a redis-server of its own (its scripts' time in commandstats,
+// and its process CPU). go test -run '^$' -bench BatchScripts ./limits/
+func BenchmarkBatchScripts(b *testing.B) {
+	ctx := context.Background()
+	srv, err := deploy.StartRedis(ctx, deploy.RedisOpts{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(srv.Stop)
+	bu := setupOn(b, redis.NewClient(&redis.Options{Addr: srv.Addr}))
+	const n = 16
+	bu.pace.MaxInFlight = 1000
+	bu.pace.Limit = limits.Limit{Rate: 1e6, Burst: 1e6, Period: time.Second}
+	var usec [4]int64 // book, turn, admit, commit
+	cpu := time.Duration(0)
+	for i := range b.N {
+		evs := make([]string, n)
+		for j := range evs {
+			evs[j] = fmt.Sprintf("e%d-%d", i, j)
+		}
+		bu.rdb.HSet(ctx, bu.k.Record, "paused", "bench")
+		u0, _ := scriptUsec(b, bu.rdb)
+		for _, ev := range evs {
+			bu.book(b, ev)
+		}
+		bu.rdb.HDel(ctx, bu.k.Record, "paused")
+		u1, c1 := scriptUsec(b, bu.rdb)
+		if got := len(bu.turn(b).Handouts); got != n {
+			b.Fatalf("a turn handed out %d, want %d", got, n)
+		}
+		u2, _ := scriptUsec(b, bu.rdb)
+		rs := make([]limits.AdmitRequest, n)
+		for j, ev := range evs {
+			rs[j] = limits.AdmitRequest{EventID: ev, Token: limits.NewToken(), SlotTTL: time.Minute, Pace: bu.pace}
+		}
+		as, err := bu.g.AdmitGroup(ctx, bu.k, rs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		u3, _ := scriptUsec(b, bu.rdb)
+		os := make([]limits.Outcome, n)
+		for j, a := range as {
+			if !a.Admitted {
+				b.Fatalf("%s: %+v", evs[j], a)
+			}
+			os[j] = limits.Outcome{EventID: evs[j], Token: rs[j].Token, Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(),
+				AttemptField: "a1", Attempt: `{"at":1,"status":200}`, Answered: true, Dedup: time.Hour,
+				Breaker: limits.BreakerPolicy{}.WithDefaults(), Limit: wide, Latency: 10 * time.Millisecond,
+				Counters: map[string]int64{"delivered": 1, "http:200": 1}}
+		}
+		if _, err := bu.g.CommitGroup(ctx, bu.k, os); err != nil {
+			b.Fatal(err)
+		}
+		u4, c4 := scriptUsec(b, bu.rdb)
+		usec[0] += u1 - u0
+		usec[1] += u2 - u1
+		usec[2] += u3 - u2
+		usec[3] += u4 - u3
+		cpu += c4 - c1
+	}
+	per := float64(b.N * n)
+	b.ReportMetric(float64(usec[0])/per, "book-µs/delivery")
+	b.ReportMetric(float64(usec[1])/per, "turn-µs/delivery")
+	b.ReportMetric(float64(usec[2])/per, "admit-µs/delivery")
+	b.ReportMetric(float64(usec[3])/per, "commit-µs/delivery")
+	b.ReportMetric(float64(cpu.Microseconds())/per, "redis-cpu-µs/delivery")
+}
+
+// scriptUsec is the time Redis spent in scripts (evalsha's and eval's
+// usec) and its process CPU.
+func scriptUsec(b *testing.B, c *redis.Client) (int64, time.Duration) {
+	info, err := c.Info(context.Background(), "commandstats", "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var usec int64
+	var cpu time.Duration
+	for line := range strings.SplitSeq(info, "\r\n") {
+		k, v, _ := strings.Cut(line, ":")
+		switch {
+		case k == "cmdstat_evalsha" || k == "cmdstat_eval":
+			for kv := range strings.SplitSeq(v, ",") {
+				if u, ok := strings.CutPrefix(kv, "usec="); ok {
+					n, _ := strconv.ParseInt(u, 10, 64)
+					usec += n
+				}
+			}
+		case k == "used_cpu_user" || k == "used_cpu_sys":
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += time.Duration(f * float64(time.Second))
+		}
+	}
+	return usec, cpu
+}
