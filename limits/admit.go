@@ -71,12 +71,14 @@ local function unpark(k, ev)
 end
 g.now, g.t = now_ms()
 g.cool = tonumber(redis.call('GET', KEYS[2]) or '0')
--- one request: KEYS and ARGV as the comment above lays them out
-local function admit(KEYS, ARGV)
-  g.f = g.f or gate_fields(KEYS[1])
+-- the subscriber's keys, the same for every request (k.rec: the
+-- request's record, set before each)
+local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
+  fresh = KEYS[8], stats = KEYS[10], retry = KEYS[11], runs = KEYS[12]}
+-- one request of k.rec: ARGV as the comment above lays them out
+local function admit(ARGV)
+  g.f = g.f or gate_fields(k.gate)
   local f, now, t, cool = g.f, g.now, g.t, g.cool
-  local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
-    fresh = KEYS[8], rec = KEYS[9], stats = KEYS[10], retry = KEYS[11], runs = KEYS[12]}
   local ev, token = ARGV[1], ARGV[2]
   local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'm', 'c', 'u', 'p', 't', 'n', 'pk', 'nx', 'ce', 'lr')
   if not f.gen then return {1, 'the subscriber was deleted'} end
@@ -200,11 +202,11 @@ local function admit(KEYS, ARGV)
 end
 local n, out, admitArgs = tonumber(ARGV[1]), {}, 14
 for i = 1, n do
-  local ks, as = {}, {}
-  for j = 1, 12 do ks[j] = KEYS[j] end
-  ks[9] = KEYS[12 + i]
-  for j = 1, admitArgs do as[j] = ARGV[1 + (i - 1) * admitArgs + j] end
-  local r = admit(ks, as)
+  local o = 1 + (i - 1) * admitArgs -- (one constructor: the table sized once)
+  local as = {ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8],
+    ARGV[o + 9], ARGV[o + 10], ARGV[o + 11], ARGV[o + 12], ARGV[o + 13], ARGV[o + 14]}
+  k.rec = KEYS[12 + i]
+  local r = admit(as)
   out[#out + 1] = #r
   for _, v in ipairs(r) do out[#out + 1] = v end
 end

@@ -154,11 +154,13 @@ local function commit_gate(gate)
   if G.an > 0 then g[14] = (tonumber(g[14]) or 0) + G.an end
   return g
 end
--- one outcome: KEYS and ARGV as the comment above lays them out
-local function commit(KEYS, ARGV, counters)
-  local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
-    rec = KEYS[8], stats = KEYS[9], ledger = KEYS[10], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15],
-    runs = KEYS[16]}
+-- the subscriber's keys, the same for every outcome (rec, ledger, legacy:
+-- the outcome's record, ledger entry and the release before's attempt
+-- list, set before each)
+local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
+  stats = KEYS[9], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15], runs = KEYS[16]}
+-- one outcome of k.rec: ARGV as the comment above lays them out
+local function commit(ARGV, counters)
   local ev, token, kind = ARGV[1], ARGV[2], ARGV[3]
   later('ZREM', k.inflight, token)
   local d = redis.call('HMGET', k.rec, 'tk', 'ok', 'okr', 'x', 'g', 'q', 'le', 'ce')
@@ -291,7 +293,7 @@ local function commit(KEYS, ARGV, counters)
     if d[7] then
       local entry = redis.call('GET', k.ledger)
       if entry and not string.find(entry, '"replayed_at"', 1, true) then
-        redis.call('DEL', k.ledger, KEYS[14])
+        redis.call('DEL', k.ledger, k.legacy)
         redis.call('ZREM', k.dindex, ARGV[24])
         stale = 1
       end
@@ -354,7 +356,7 @@ local function commit(KEYS, ARGV, counters)
     else
       redis.call('SET', k.ledger, entry)
     end
-    redis.call('DEL', KEYS[14])
+    redis.call('DEL', k.legacy)
     local dead_at = tonumber(ARGV[27])
     if dead_at <= 0 then dead_at = now end
     redis.call('ZADD', k.dindex, dead_at, ARGV[24])
@@ -384,15 +386,15 @@ local function commit(KEYS, ARGV, counters)
   write()
   return {'ok', notify, change, since, stale}
 end
-local common = {}
-for i = 1, 16 do common[i] = KEYS[i] end
 local n, counters, out, commitArgs = tonumber(ARGV[1]), {}, {}, 32
 for i = 1, n do
-  local ks, as = {}, {}
-  for j = 1, 16 do ks[j] = common[j] end
-  ks[8], ks[10], ks[14] = KEYS[14 + 3 * i], KEYS[15 + 3 * i], KEYS[16 + 3 * i]
-  for j = 1, commitArgs do as[j] = ARGV[1 + (i - 1) * commitArgs + j] end
-  local r = commit(ks, as, counters)
+  k.rec, k.ledger, k.legacy = KEYS[14 + 3 * i], KEYS[15 + 3 * i], KEYS[16 + 3 * i]
+  local o = 1 + (i - 1) * commitArgs -- (one constructor: the table sized once)
+  local as = {ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8],
+    ARGV[o + 9], ARGV[o + 10], ARGV[o + 11], ARGV[o + 12], ARGV[o + 13], ARGV[o + 14], ARGV[o + 15], ARGV[o + 16],
+    ARGV[o + 17], ARGV[o + 18], ARGV[o + 19], ARGV[o + 20], ARGV[o + 21], ARGV[o + 22], ARGV[o + 23], ARGV[o + 24],
+    ARGV[o + 25], ARGV[o + 26], ARGV[o + 27], ARGV[o + 28], ARGV[o + 29], ARGV[o + 30], ARGV[o + 31], ARGV[o + 32]}
+  local r = commit(as, counters)
   out[#out + 1] = #r
   for _, v in ipairs(r) do out[#out + 1] = v end
 end
