@@ -42,7 +42,11 @@ var ErrBadCursor = errors.New("bad cursor")
 // ten times Limit index entries, so that its cost stays bounded however many
 // entries the filters skip.
 func (p *Producer) DeadLetters(ctx context.Context, q DeadLetterQuery) ([]tasks.DeadLetter, string, error) {
-	return p.deadPage(ctx, q, cmpLimit(q.Limit, 100))
+	out, next, err := p.deadPage(ctx, q, cmpLimit(q.Limit, 100))
+	for i := range out {
+		out[i].TaskID, out[i].SubscriberID = p.extTask(out[i].TaskID), p.ext(out[i].SubscriberID)
+	}
+	return out, next, err
 }
 
 func cmpLimit(n, def int) int {
@@ -75,7 +79,19 @@ func decodeCursor(s string) (position, error) {
 	return position{n, member}, nil
 }
 
+// deadPage is a page of p's dead letters matching q (its subscriber and
+// task ids p's), as stored.
 func (p *Producer) deadPage(ctx context.Context, q DeadLetterQuery, n int) ([]tasks.DeadLetter, string, error) {
+	if q.Subscriber != "" {
+		q.Subscriber = p.sid(q.Subscriber)
+	}
+	if len(q.IDs) > 0 && p.tenant != "" {
+		ids := make([]string, len(q.IDs))
+		for i, id := range q.IDs {
+			ids[i] = p.storedTask(id)
+		}
+		q.IDs = ids
+	}
 	if len(q.IDs) > 0 {
 		if len(q.IDs) > maxPage {
 			return nil, "", &tasks.FieldError{Field: "ids", Msg: fmt.Sprintf("at most %d", maxPage)}
@@ -194,7 +210,7 @@ func (p *Producer) readEntries(ctx context.Context, ids []string, scores []int64
 		if !ok {
 			continue
 		}
-		if (q.Subscriber != "" && e.SubscriberID != q.Subscriber) || (!q.IncludeReplayed && !e.ReplayedAt.IsZero()) ||
+		if !p.owns(e.SubscriberID) || (q.Subscriber != "" && e.SubscriberID != q.Subscriber) || (!q.IncludeReplayed && !e.ReplayedAt.IsZero()) ||
 			(!q.Since.IsZero() && e.DeadAt.Before(q.Since)) || (!q.Until.IsZero() && !e.DeadAt.Before(q.Until)) {
 			continue
 		}
@@ -263,6 +279,7 @@ func (p *Producer) Replay(ctx context.Context, q DeadLetterQuery) ([]ReplayOutco
 	var errs []error
 	for _, e := range page {
 		o := p.replayOne(ctx, e, bookResend)
+		o.TaskID = p.extTask(o.TaskID)
 		if o.Outcome == Failed {
 			errs = append(errs, fmt.Errorf("%s: %s", o.TaskID, o.Error))
 		}
@@ -299,14 +316,14 @@ func (p *Producer) replayOne(ctx context.Context, e tasks.DeadLetter, how bookin
 		o.Error = "payload unreadable; cannot replay"
 		return o
 	}
-	s, err := p.GetSubscriber(ctx, e.SubscriberID)
+	s, err := p.storedByID(ctx, e.SubscriberID)
 	if err != nil {
 		o.Error = err.Error()
 		return o
 	}
 	if e.Gen != "" && e.Gen != s.Gen {
 		o.Error = fmt.Sprintf("%v: subscriber %s was deleted and created again since this dead letter (generation %s, now %s): "+
-			"its event is not sent to the new endpoint; publish it again to send it", ErrSubscriberRecreated, s.ID, e.Gen, s.Gen)
+			"its event is not sent to the new endpoint; publish it again to send it", ErrSubscriberRecreated, p.ext(s.ID), e.Gen, s.Gen)
 		return o
 	}
 	c, o, ok := p.claimReplay(ctx, e)
@@ -334,7 +351,7 @@ func (p *Producer) replayClaimed(ctx context.Context, e tasks.DeadLetter, s task
 	// The delivery record, its one owner, says whether it is dead: a
 	// worker that died between the entry and asynq's archive left it to
 	// be tried again, and its delivery clears the entry.
-	if rec, err := p.GetDelivery(ctx, e.SubscriberID, e.Event.ID); err == nil && rec.State != tasks.StateDead {
+	if rec, err := p.delivery(ctx, e.SubscriberID, e.Event.ID); err == nil && rec.State != tasks.StateDead {
 		if rec.State == tasks.StatePending {
 			// A replay whose task was never enqueued (its enqueue failed,
 			// or was cut off), retried: handed out again, and marked.
@@ -404,6 +421,8 @@ func (p *Producer) archiveAttempts(ctx context.Context, e *tasks.DeadLetter) ([]
 // the ledger no longer lists (asynqmon's Run of it would send a deleted
 // dead letter).
 func (p *Producer) DeleteDeadLetter(ctx context.Context, taskID string) error {
+	shown := taskID
+	taskID = p.storedTask(taskID)
 	lk := p.keys.Ledger(taskID)
 	v, err := p.rdb.Get(ctx, lk.Entry).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -422,7 +441,7 @@ func (p *Producer) DeleteDeadLetter(ctx context.Context, taskID string) error {
 	}
 	p.dropFromIndexes(ctx, []string{taskID})
 	if n == 0 {
-		return fmt.Errorf("%w: no dead letter %s", ErrUnknownDeadLetter, taskID)
+		return fmt.Errorf("%w: no dead letter %s", ErrUnknownDeadLetter, shown)
 	}
 	return nil
 }

@@ -33,11 +33,18 @@ func (p *Producer) GetDelivery(ctx context.Context, sub, eventID string) (tasks.
 	if err := tasks.ValidateEventID(eventID); err != nil {
 		return tasks.DeliveryRecord{}, err
 	}
+	return p.delivery(ctx, p.sid(sub), eventID)
+}
+
+// delivery is GetDelivery of subscriber stored (its stored id: any
+// tenant's), its record's subscriber id p's.
+func (p *Producer) delivery(ctx context.Context, stored, eventID string) (tasks.DeliveryRecord, error) {
+	sub := p.ext(stored)
 	var h *redis.MapStringStringCmd
 	var g gateReads
 	var now *redis.TimeCmd
 	if _, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		h, now, g = pl.HGetAll(ctx, p.keys.Delivery(sub, eventID)), pl.Time(ctx), p.gateReadsIn(ctx, pl, sub)
+		h, now, g = pl.HGetAll(ctx, p.keys.Delivery(stored, eventID)), pl.Time(ctx), p.gateReadsIn(ctx, pl, stored)
 		return nil
 	}); err != nil && !errors.Is(err, redis.Nil) { // no cooldown key: Nil
 		return tasks.DeliveryRecord{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
@@ -97,7 +104,8 @@ func (p *Producer) Deliveries(ctx context.Context, sub string, q DeliveryQuery) 
 		}
 		hi = "(" + string(b)
 	}
-	log := p.keys.DeliveryLog(sub)
+	stored := p.sid(sub)
+	log := p.keys.DeliveryLog(stored)
 	var out []tasks.DeliveryRecord
 	for budget := 10 * n; len(out) < n && budget > 0; {
 		batch := min(n-len(out), budget)
@@ -108,7 +116,7 @@ func (p *Producer) Deliveries(ctx context.Context, sub string, q DeliveryQuery) 
 		budget -= len(entries)
 		subs, ids := make([]string, len(entries)), make([]string, len(entries))
 		for i, e := range entries {
-			subs[i] = sub
+			subs[i] = stored
 			ids[i], _ = e.Values["e"].(string)
 		}
 		recs, err := p.readRecords(ctx, subs, ids, q.Attempts)
@@ -117,6 +125,7 @@ func (p *Producer) Deliveries(ctx context.Context, sub string, q DeliveryQuery) 
 		}
 		for _, r := range recs {
 			if q.State == "" || r.State == q.State {
+				r.SubscriberID = sub
 				out = append(out, r)
 			}
 		}
@@ -184,7 +193,7 @@ func (p *Producer) GetEvent(ctx context.Context, id string) (EventRecord, error)
 	if err := tasks.ValidateEventID(id); err != nil {
 		return EventRecord{}, err
 	}
-	se, err := p.StoredEvent(ctx, id)
+	se, err := p.storedEvent(ctx, id)
 	if err != nil {
 		return EventRecord{}, err
 	}
@@ -193,6 +202,9 @@ func (p *Producer) GetEvent(ctx context.Context, id string) (EventRecord, error)
 		ids[i] = id
 	}
 	recs, err := p.readRecords(ctx, se.Subscribers, ids, false)
+	for i := range recs {
+		recs[i].SubscriberID = p.ext(recs[i].SubscriberID)
+	}
 	return EventRecord{Event: se.Event, PublishedAt: se.PublishedAt, Deliveries: recs}, err
 }
 
@@ -209,11 +221,11 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	if err != nil {
 		return Target{}, err
 	}
-	s, err := p.GetSubscriber(ctx, sub)
+	s, err := p.storedSubscriber(ctx, sub)
 	if err != nil {
 		return Target{}, err
 	}
-	taskID := tasks.TaskID(sub, eventID)
+	taskID := tasks.TaskID(s.ID, eventID)
 	switch rec.State {
 	case tasks.StateDelivered:
 	case tasks.StateDead:
@@ -225,7 +237,7 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 		}
 		if len(entries) == 1 && entries[0].Event != nil {
 			o := p.replayOne(ctx, entries[0], bookResend)
-			t := Target{SubscriberID: sub, TaskID: o.TaskID, Outcome: o.Outcome, ProcessAt: o.ProcessAt, HeldReason: o.HeldReason}
+			t := Target{SubscriberID: sub, TaskID: p.extTask(o.TaskID), Outcome: o.Outcome, ProcessAt: o.ProcessAt, HeldReason: o.HeldReason}
 			switch o.Outcome {
 			case NotDead:
 				return t, fmt.Errorf("%w: resend of %s to %s: %s", ErrDeliveryActive, eventID, sub, o.Error)
@@ -241,14 +253,14 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 		// A resend whose task was never enqueued (its enqueue failed, or
 		// was cut off), retried: handed out again.
 		if t, ok, err := p.handOutAgain(ctx, s, eventID); err != nil || ok {
-			return t, err
+			return p.extTarget(t), err
 		}
 		fallthrough
 	default:
 		return Target{}, fmt.Errorf("%w: the delivery of %s to %s is %s: it is still being delivered, nothing is sent again",
 			ErrDeliveryActive, eventID, sub, rec.State)
 	}
-	se, err := p.StoredEvent(ctx, eventID)
+	se, err := p.storedEvent(ctx, eventID)
 	if errors.Is(err, ErrUnknownEvent) {
 		return Target{}, fmt.Errorf("%w: event %s's payload is past its retention of %s: nothing left to send",
 			ErrPayloadExpired, eventID, tasks.DurationWords(p.cfg.PayloadRetention))
@@ -260,7 +272,7 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	if err != nil {
 		return Target{}, err
 	}
-	return res.Targets[0], nil
+	return p.extTarget(res.Targets[0]), nil
 }
 
 // handOutAgain hands out again subscriber s's delivery of event eventID

@@ -20,6 +20,15 @@
 // Config.PayloadRetention (Producer.GetEvent), so that Producer.Resend can
 // send it again.
 //
+// Producer.Tenant is a Producer for one tenant (a customer of the app that
+// owns its endpoints): it creates, reads, publishes to and replays that
+// tenant's subscribers, events, deliveries and dead letters only, by the
+// ids the tenant gave them; two tenants may both have subscriber "s1"
+// and event "evt_1", each its own. A Producer from New is the operator's:
+// it writes as the default tenant (whose ids are stored as given: data of
+// a release before tenants is the default tenant's) and reads every
+// tenant's.
+//
 // Delivery is at-least-once: a worker that dies after the endpoint answered
 // but before recording it delivers again, with the same webhook-id header,
 // which receivers use to drop duplicates. There is no ordering promise.

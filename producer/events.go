@@ -136,7 +136,13 @@ func (p *Producer) storeCall(ev tasks.Event, subs []tasks.Subscriber, notBefore 
 		keep += d
 	}
 	args[3] = keep.Milliseconds()
-	return &limits.Call{Script: storeEventScript, Keys: []string{p.keys.Event(ev.ID), p.keys.LegacyEvent(ev.ID)}, Args: args}, nil
+	// under its subscribers' tenant (one call's share one)
+	tenant := p.writeTenant()
+	if len(subs) > 0 {
+		tenant = tasks.TenantOf(subs[0].ID)
+	}
+	event, legacy := p.tenantEventKeys(tenant, ev.ID)
+	return &limits.Call{Script: storeEventScript, Keys: []string{event, legacy}, Args: args}, nil
 }
 
 // errConflict is a publish's refusal of event id stored with another type
@@ -167,12 +173,27 @@ func sha1hex(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// StoredEvent reads event id as stored (by this release or the one before).
+// StoredEvent reads event id as stored (by this release or the one
+// before), its subscribers by p's ids.
 func (p *Producer) StoredEvent(ctx context.Context, id string) (tasks.StoredEvent, error) {
+	se, err := p.storedEvent(ctx, id)
+	if p.tenant != "" {
+		subs := make([]string, len(se.Subscribers))
+		for i, s := range se.Subscribers {
+			subs[i] = p.ext(s)
+		}
+		se.Subscribers = subs
+	}
+	return se, err
+}
+
+// storedEvent is StoredEvent with its subscribers' stored ids.
+func (p *Producer) storedEvent(ctx context.Context, id string) (tasks.StoredEvent, error) {
 	var h *redis.MapStringStringCmd
 	var legacy *redis.StringCmd
 	_, err := p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		h, legacy = pl.HGetAll(ctx, p.keys.Event(id)), pl.Get(ctx, p.keys.LegacyEvent(id))
+		ek, lk := p.eventKeys(id)
+		h, legacy = pl.HGetAll(ctx, ek), pl.Get(ctx, lk)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {

@@ -28,6 +28,11 @@ var (
 	ErrPayloadTooLarge = errors.New("payload too large")
 	// ErrUnknownDeadLetter: no dead letter has that task id.
 	ErrUnknownDeadLetter = errors.New("unknown dead letter")
+	// ErrUnknownTenant: no tenant has that name (or it is being deleted).
+	ErrUnknownTenant = errors.New("unknown tenant")
+	// ErrTenantDeleting: a PutTenant of a tenant whose deletion is under
+	// way or was cut off; DeleteTenant finishes it.
+	ErrTenantDeleting = errors.New("tenant being deleted")
 	// ErrRedisUnavailable: Redis could not be reached or failed the command.
 	// Nothing was written by the call that returned it, except deliveries
 	// its PublishResult lists as enqueued.
@@ -243,17 +248,24 @@ type Producer struct {
 	gates     *limits.Gates
 	keys      tasks.Keys
 	nowFunc   func() time.Time
+	// tenant is whose subscribers, events, deliveries and dead letters
+	// this Producer sees (Tenant); "" the default tenant's.
+	tenant string
+	layout *layout // shared by a Producer and its tenants' (Tenant)
+}
 
-	layoutMu sync.Mutex
-	layout   deploy.Layout // read from Redis on first use
+// layout is the namespace's layout, read from Redis on first use.
+type layout struct {
+	mu sync.Mutex
+	l  deploy.Layout
 }
 
 // shards is the namespace's queue count per lane and region, read (or
 // written) once.
 func (p *Producer) shards(ctx context.Context) (int, error) {
-	p.layoutMu.Lock()
-	defer p.layoutMu.Unlock()
-	if p.layout.Shards == 0 {
+	p.layout.mu.Lock()
+	defer p.layout.mu.Unlock()
+	if p.layout.l.Shards == 0 {
 		l, err := deploy.EnsureLayout(ctx, p.rdb, p.keys, p.cfg.Shards)
 		if errors.Is(err, deploy.ErrLayout) {
 			return 0, err
@@ -261,9 +273,9 @@ func (p *Producer) shards(ctx context.Context) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 		}
-		p.layout = l
+		p.layout.l = l
 	}
-	return p.layout.Shards, nil
+	return p.layout.l.Shards, nil
 }
 
 // New connects a Producer. It does not contact Redis until first used.
@@ -276,7 +288,7 @@ func New(cfg *Config) (*Producer, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: c, rdb: c.Redis, keys: tasks.Keys(c.Namespace), nowFunc: time.Now}
+	p := &Producer{cfg: c, rdb: c.Redis, keys: tasks.Keys(c.Namespace), nowFunc: time.Now, layout: &layout{}}
 	if p.rdb == nil {
 		// An app publishing while Redis is down wants to hear so at once,
 		// not after go-redis's default 5 dials times 3 retries.

@@ -149,7 +149,7 @@ func (p *Producer) publish(ctx context.Context, ev tasks.Event, opts *PublishOpt
 	if err != nil {
 		return nil, err
 	}
-	return p.fanOut(ctx, ev, opts, subs, bookPublish)
+	return p.extResult(p.fanOut(ctx, ev, opts, subs, bookPublish))
 }
 
 // SendTo delivers ev to one subscriber, whatever its event filter. A paused
@@ -174,11 +174,11 @@ func (p *Producer) sendTo(ctx context.Context, subscriberID string, ev tasks.Eve
 	if err := p.checkEvent(&ev, opts); err != nil {
 		return nil, err
 	}
-	s, err := p.GetSubscriber(ctx, subscriberID)
+	s, err := p.storedSubscriber(ctx, subscriberID)
 	if err != nil {
 		return nil, err
 	}
-	return p.fanOut(ctx, ev, opts, []tasks.Subscriber{s}, bookPublish)
+	return p.extResult(p.fanOut(ctx, ev, opts, []tasks.Subscriber{s}, bookPublish))
 }
 
 func (p *Producer) checkEvent(ev *tasks.Event, opts *PublishOpts) error {

@@ -140,7 +140,7 @@ func (p *Producer) PublishEach(ctx context.Context, evs []BatchEvent) ([]BatchRe
 	}
 	results := p.handOutBatch(ctx, items, booked, now, shards, live)
 	for i, res := range results {
-		out[i].Result = res
+		out[i].Result, _ = p.extResult(res, nil)
 	}
 	var all []*PublishResult
 	for _, res := range results {
@@ -198,12 +198,16 @@ func (p *Producer) batchTargets(ctx context.Context, items []batchItem, out []Ba
 			}
 		}
 		ids = slices.DeleteFunc(ids, func(id string) bool { return tasks.ValidateStoredSubscriberID(id) != nil })
-		subs, err := p.subscribers(ctx, ids)
+		stored := make([]string, len(ids))
+		for i, id := range ids {
+			stored[i] = p.sid(id)
+		}
+		subs, err := p.subscribers(ctx, stored)
 		if err != nil {
 			return err
 		}
 		for _, s := range subs {
-			named[s.ID] = s
+			named[p.ext(s.ID)] = s
 		}
 	}
 	for i, it := range live {
@@ -337,7 +341,7 @@ func (p *Producer) matchingTypes(ctx context.Context, types []string) (map[strin
 	}
 	calls := make([]*limits.Call, len(types))
 	for i, t := range types {
-		calls[i] = &limits.Call{Script: matchScript, Keys: append(p.keys.IndexKeysFor(t), p.keys.SubscriberConfigs())}
+		calls[i] = &limits.Call{Script: matchScript, Keys: append(p.keys.IndexKeysFor(p.writeTenant(), t), p.keys.SubscriberConfigs())}
 	}
 	p.gates.RunScripts(ctx, calls)
 	for i, t := range types {
@@ -352,7 +356,8 @@ func (p *Producer) matchingTypes(ctx context.Context, types []string) (map[strin
 				p.cfg.Logger.Error("skipping unreadable subscriber", "err", err)
 				continue
 			}
-			if s.Matches(t) { // the index is exact; this is belt and braces
+			// the index is exact, and its tenant's; this is belt and braces
+			if s.Matches(t) && tasks.TenantOf(s.ID) == p.writeTenant() {
 				subs = append(subs, s)
 			}
 		}

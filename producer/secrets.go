@@ -44,7 +44,7 @@ func (p *Producer) RotateSecret(ctx context.Context, id string, grace time.Durat
 		return tasks.Subscriber{}, "", err
 	}
 	var gen string
-	version, err := p.updateSubscriber(ctx, id, func(s tasks.Subscriber, found bool) (tasks.Subscriber, error) {
+	version, err := p.updateSubscriber(ctx, p.sid(id), func(s tasks.Subscriber, found bool) (tasks.Subscriber, error) {
 		if !found {
 			return s, fmt.Errorf("%w: %s", ErrUnknownSubscriber, id)
 		}
@@ -69,7 +69,7 @@ func (p *Producer) RotateSecret(ctx context.Context, id string, grace time.Durat
 	}
 	// The version in the gate record makes every worker read the new
 	// secrets before its next request to the subscriber.
-	if err := p.rdb.HSet(ctx, p.keys.Gate(id), "gen", gen, "cv", version).Err(); err != nil {
+	if err := p.rdb.HSet(ctx, p.keys.Gate(p.sid(id)), "gen", gen, "cv", version).Err(); err != nil {
 		return tasks.Subscriber{ID: id, Secrets: []string{secret}}, secret, fmt.Errorf("%w: the new secret is stored, "+
 			"but workers may sign with the old ones for up to a second: %v", ErrRedisUnavailable, err)
 	}

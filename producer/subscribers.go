@@ -53,6 +53,7 @@ func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (ta
 		return s, false, err
 	}
 	pause := s.Paused
+	s.ID = p.sid(s.ID) // stored under its tenant's name (Tenant)
 	var old tasks.Subscriber
 	var found bool
 	version, err := p.updateSubscriber(ctx, s.ID, func(cur tasks.Subscriber, ok bool) (tasks.Subscriber, error) {
@@ -68,21 +69,24 @@ func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (ta
 		return s, nil
 	})
 	if err != nil {
-		return s, false, err
+		return p.extSub(s), false, err
 	}
 	if err := p.writeRecord(ctx, s, version, !found && pause); err != nil {
-		return s, false, err
+		return p.extSub(s), false, err
 	}
 	if found && (old.Limit != s.Limit || old.MaxInFlight != s.MaxInFlight || old.Region != s.Region) {
 		if err := p.repace(ctx, old, s); err != nil {
-			return s, false, err
+			return p.extSub(s), false, err
 		}
 	}
-	stored, err := p.GetSubscriber(ctx, s.ID)
+	stored, err := p.subscribers(ctx, []string{s.ID})
 	if err != nil {
-		return s, false, err
+		return p.extSub(s), false, err
 	}
-	return stored, !found, nil
+	if len(stored) == 0 { // deleted meanwhile
+		return p.extSub(s), false, fmt.Errorf("%w: %s", ErrUnknownSubscriber, p.ext(s.ID))
+	}
+	return p.extSub(stored[0]), !found, nil
 }
 
 func newGen() string {
@@ -124,12 +128,12 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 					pl.ZRem(ctx, p.keys.MetricsIndex(), id)
 				}
 				p.moveRegion(ctx, pl, cur, ok, next)
-				for _, f := range filterKeys(p.keys, next.EventTypes) {
+				for _, f := range filterKeys(p.keys, id, next.EventTypes) {
 					pl.SAdd(ctx, f, id)
 				}
 				if ok {
-					for _, f := range filterKeys(p.keys, cur.EventTypes) {
-						if !slices.Contains(filterKeys(p.keys, next.EventTypes), f) {
+					for _, f := range filterKeys(p.keys, id, cur.EventTypes) {
+						if !slices.Contains(filterKeys(p.keys, id, next.EventTypes), f) {
 							pl.SRem(ctx, f, id)
 						}
 					}
@@ -150,14 +154,16 @@ func (p *Producer) updateSubscriber(ctx context.Context, id string, change func(
 	return 0, fmt.Errorf("%w: subscriber %s kept changing during the update; try again", ErrRedisUnavailable, id)
 }
 
-// filterKeys are the index sets a subscriber with these filters is in.
-func filterKeys(k tasks.Keys, types []string) []string {
+// filterKeys are the index sets subscriber id (stored) with these
+// filters is in: its tenant's.
+func filterKeys(k tasks.Keys, id string, types []string) []string {
+	tenant := tasks.TenantOf(id)
 	if len(types) == 0 {
-		return []string{k.AnyIndex()}
+		return []string{k.AnyIndex(tenant)}
 	}
 	out := make([]string, 0, len(types))
 	for _, t := range types {
-		if f := k.IndexKeyOf(t); !slices.Contains(out, f) {
+		if f := k.IndexKeyOf(tenant, t); !slices.Contains(out, f) {
 			out = append(out, f)
 		}
 	}
@@ -215,13 +221,36 @@ func (p *Producer) listPaused(ctx context.Context, id string, paused bool) error
 
 // GetSubscriber returns ErrUnknownSubscriber when there is none with id.
 func (p *Producer) GetSubscriber(ctx context.Context, id string) (tasks.Subscriber, error) {
+	s, err := p.storedSubscriber(ctx, id)
+	return p.extSub(s), err
+}
+
+// storedByID is the subscriber stored as stored (a dead letter's, a
+// task's: any tenant's), or ErrUnknownSubscriber (named by p's id).
+func (p *Producer) storedByID(ctx context.Context, stored string) (tasks.Subscriber, error) {
+	if err := tasks.ValidateScopedID(stored); err != nil {
+		return tasks.Subscriber{}, err
+	}
+	subs, err := p.subscribers(ctx, []string{stored})
+	if err != nil {
+		return tasks.Subscriber{}, err
+	}
+	if len(subs) == 0 {
+		return tasks.Subscriber{}, fmt.Errorf("%w: %s", ErrUnknownSubscriber, p.ext(stored))
+	}
+	return subs[0], nil
+}
+
+// storedSubscriber is GetSubscriber's subscriber as stored: its id the
+// stored one (of its tenant, Tenant).
+func (p *Producer) storedSubscriber(ctx context.Context, id string) (tasks.Subscriber, error) {
 	// Any id a subscriber may be stored under, "." and ".." included:
 	// reading one created before they were refused (a pause, a replay, a
 	// migration) keeps working.
 	if err := tasks.ValidateStoredSubscriberID(id); err != nil {
 		return tasks.Subscriber{}, err
 	}
-	subs, err := p.subscribers(ctx, []string{id})
+	subs, err := p.subscribers(ctx, []string{p.sid(id)})
 	if err != nil {
 		return tasks.Subscriber{}, err
 	}
@@ -298,11 +327,7 @@ func (p *Producer) ListSubscribers(ctx context.Context) ([]tasks.Subscriber, err
 // limit, not on how many subscribers there are.
 func (p *Producer) Subscribers(ctx context.Context, after string, limit int) ([]tasks.Subscriber, string, error) {
 	limit = min(max(limit, 1), maxPage)
-	lo := "-"
-	if after != "" {
-		lo = "(" + after
-	}
-	ids, err := p.rdb.ZRangeByLex(ctx, p.keys.SubscriberIDs(), &redis.ZRangeBy{Min: lo, Max: "+", Count: int64(limit)}).Result()
+	ids, err := p.subscriberIDs(ctx, after, limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
@@ -310,11 +335,50 @@ func (p *Producer) Subscribers(ctx context.Context, after string, limit int) ([]
 	if err != nil {
 		return nil, "", err
 	}
+	for i := range subs {
+		subs[i] = p.extSub(subs[i])
+	}
 	next := ""
 	if len(ids) == limit {
-		next = ids[len(ids)-1]
+		next = p.ext(ids[len(ids)-1])
 	}
 	return subs, next, nil
+}
+
+// subscriberIDs are up to limit stored ids of p's subscribers after after
+// (p's id), in id order. Every subscriber id is in one sorted set, a
+// tenant's "<tenant>/…" side by side: a tenant's are one range of it; the
+// default tenant's are the ids without a slash, each other tenant's range
+// skipped whole.
+func (p *Producer) subscriberIDs(ctx context.Context, after string, limit int) ([]string, error) {
+	lo, hi := "-", "+"
+	if t := p.tenant; t != "" && t != tasks.DefaultTenant {
+		lo, hi = "["+tasks.ScopedID(t, ""), "("+t+"0" // "0" follows "/"
+	}
+	if after != "" {
+		lo = "(" + p.sid(after)
+	}
+	var ids []string
+	for len(ids) < limit {
+		want := limit - len(ids)
+		page, err := p.rdb.ZRangeByLex(ctx, p.keys.SubscriberIDs(), &redis.ZRangeBy{Min: lo, Max: hi, Count: int64(want)}).Result()
+		if err != nil {
+			return nil, err
+		}
+		skipped := false
+		for _, id := range page {
+			lo = "(" + id
+			if !p.owns(id) { // (the default tenant's Producer) another tenant's range: skipped whole
+				lo, skipped = "["+tasks.TenantOf(id)+"0", true
+				break
+			}
+			ids = append(ids, id)
+		}
+		if !skipped && len(page) < want {
+			break
+		}
+	}
+	return ids, nil
 }
 
 // DeleteSubscriber removes a subscriber and its gate state. Its queued
@@ -329,6 +393,8 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 	if err := tasks.ValidateStoredSubscriberID(id); err != nil {
 		return err
 	}
+	shown := id
+	id = p.sid(id)
 	// Read before the configuration: a gate record whose configuration is
 	// gone after it was read is a deletion's leftover (a creation writes
 	// the configuration first), and the forget below removes only that
@@ -344,7 +410,7 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("%w: %s", ErrUnknownSubscriber, id)
+			return fmt.Errorf("%w: %s", ErrUnknownSubscriber, shown)
 		}
 		gen = cur.Gen
 		_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
@@ -355,7 +421,7 @@ func (p *Producer) DeleteSubscriber(ctx context.Context, id string) error {
 			pl.SRem(ctx, p.keys.PausedIndex(), id)
 			pl.SRem(ctx, p.keys.OpenBreakers(), id)
 			pl.HIncrBy(ctx, p.keys.RegionSubscribers(), regionOf(cur), -1)
-			for _, f := range filterKeys(p.keys, cur.EventTypes) {
+			for _, f := range filterKeys(p.keys, id, cur.EventTypes) {
 				pl.SRem(ctx, f, id)
 			}
 			return nil
@@ -399,10 +465,11 @@ return n`)
 // subscriber's pace (the call only tells it: it answers at once, however
 // many are held).
 func (p *Producer) SetPaused(ctx context.Context, id string, paused bool) error {
-	s, err := p.GetSubscriber(ctx, id)
+	s, err := p.storedSubscriber(ctx, id)
 	if err != nil {
 		return err
 	}
+	id = s.ID
 	rec := p.keys.Gate(id)
 	if paused {
 		err = p.rdb.HSet(ctx, rec, "paused", tasks.PauseOperator, "paused_at", p.nowFunc().UnixMilli()).Err()
@@ -444,10 +511,11 @@ func (p *Producer) repace(ctx context.Context, old, s tasks.Subscriber) error {
 // too long: its parked deliveries are handed out at once, at its pace. It
 // reports whether a cooldown was running.
 func (p *Producer) EndCooldown(ctx context.Context, id string) (bool, error) {
-	s, err := p.GetSubscriber(ctx, id)
+	s, err := p.storedSubscriber(ctx, id)
 	if err != nil {
 		return false, err
 	}
+	id = s.ID
 	ended, err := p.gates.EndCooldown(ctx, p.keys.Gates(id))
 	if err == nil {
 		err = p.gates.Notify(ctx, p.keys.Ready(s.Region), id, time.Time{})

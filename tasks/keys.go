@@ -65,41 +65,50 @@ func (ns Keys) SubscriberVersion(id string) string { return ns.dir("version:" + 
 // Owner: producer. Lives while any subscriber does.
 func (ns Keys) SubscriberIDs() string { return ns.dir("ids") }
 
-// TypeIndex is the set of subscribers that name event type t exactly.
-// Slot {<ns>:subs}. Owner: producer, in the transaction that writes their
-// configuration.
-func (ns Keys) TypeIndex(t string) string { return ns.dir("type:" + t) }
+// TypeIndex is the set of tenant's subscribers that name event type t
+// exactly ("type:<t>" for the default tenant, "type:<tenant>/<t>" for
+// another: a type holds no slash). Slot {<ns>:subs}. Owner: producer, in
+// the transaction that writes their configuration.
+func (ns Keys) TypeIndex(tenant, t string) string { return ns.dir("type:" + ScopedID(tenant, t)) }
 
-// PrefixIndex is the set of subscribers with a filter "<prefix>*"; prefix
-// ends with the dot. Slot {<ns>:subs}. Owner: producer.
-func (ns Keys) PrefixIndex(prefix string) string { return ns.dir("prefix:" + prefix) }
+// PrefixIndex is the set of tenant's subscribers with a filter
+// "<prefix>*"; prefix ends with the dot. Slot {<ns>:subs}. Owner: producer.
+func (ns Keys) PrefixIndex(tenant, prefix string) string {
+	return ns.dir("prefix:" + ScopedID(tenant, prefix))
+}
 
-// AnyIndex is the set of subscribers without a filter (every type).
-// Slot {<ns>:subs}. Owner: producer.
-func (ns Keys) AnyIndex() string { return ns.dir("any") }
+// AnyIndex is the set of tenant's subscribers without a filter (every
+// type). Slot {<ns>:subs}. Owner: producer.
+func (ns Keys) AnyIndex(tenant string) string {
+	if tenant == "" || tenant == DefaultTenant {
+		return ns.dir("any")
+	}
+	return ns.dir("any/" + tenant)
+}
 
-// IndexKeysFor are the index sets an event of type t is looked up in: its
-// exact type, every "<prefix>." it starts with, and AnyIndex.
-func (ns Keys) IndexKeysFor(t string) []string {
-	keys := []string{ns.TypeIndex(t)}
+// IndexKeysFor are the index sets an event of tenant's of type t is
+// looked up in: its exact type, every "<prefix>." it starts with, and
+// AnyIndex, all of that tenant.
+func (ns Keys) IndexKeysFor(tenant, t string) []string {
+	keys := []string{ns.TypeIndex(tenant, t)}
 	if !IsOperatorType(t) { // an unfiltered subscriber gets no operator event
-		keys = append(keys, ns.AnyIndex())
+		keys = append(keys, ns.AnyIndex(tenant))
 	}
 	for i := 0; i < len(t); i++ {
 		if t[i] == '.' {
-			keys = append(keys, ns.PrefixIndex(t[:i+1]))
+			keys = append(keys, ns.PrefixIndex(tenant, t[:i+1]))
 		}
 	}
 	return keys
 }
 
 // IndexKeyOf is the index set a filter entry ("video.trending" or
-// "video.*") puts its subscriber in.
-func (ns Keys) IndexKeyOf(filter string) string {
+// "video.*") puts a subscriber of tenant in.
+func (ns Keys) IndexKeyOf(tenant, filter string) string {
 	if prefix, ok := strings.CutSuffix(filter, "*"); ok {
-		return ns.PrefixIndex(prefix)
+		return ns.PrefixIndex(tenant, prefix)
 	}
-	return ns.TypeIndex(filter)
+	return ns.TypeIndex(tenant, filter)
 }
 
 // Gate is a subscriber's gate record, a hash every delivery's scripts read
@@ -179,6 +188,11 @@ func (ns Keys) DeliveryLog(id string) string { return ns.Gates(id).Log }
 // time it was published with + max(payload retention, longest retry
 // horizon + 10 min).
 func (ns Keys) Event(id string) string { return ns.legacyEvent(id) + ":e" }
+
+// TenantEvent is Event of tenant's event id: the default tenant's is
+// Event(id), another's Event("<tenant>/<id>") (an event id holds no
+// slash), so that two tenants' events of one id are two events.
+func (ns Keys) TenantEvent(tenant, id string) string { return ns.Event(scopedEvent(tenant, id)) }
 
 // LegacyEvent is an event as the release before stored it, a string
 // (ParseLegacyEvent), in the same slot as Event: read only, by the tasks
@@ -278,6 +292,17 @@ func (ns Keys) TotalsFlushes() string { return ns.Totals() + ":flushes" }
 // ends. Slot {<ns>:cooling}. Owner: worker. Entries live until their
 // cooldown ends (and the next flush).
 func (ns Keys) Cooling() string { return string(ns) + ":{" + string(ns) + ":cooling}" }
+
+// TenantNames is a sorted set of every tenant's name but the default
+// tenant's (which always is), all with score 0 so that ZRANGEBYLEX pages
+// through them. Slot {<ns>:subs}. Owner: producer. An entry lives until
+// its tenant is deleted.
+func (ns Keys) TenantNames() string { return ns.dir("tenant-names") }
+
+// Tenants is a hash: tenant name → its record (producer.Tenant JSON).
+// Slot {<ns>:subs}. Owner: producer. An entry lives until its tenant is
+// deleted, with everything it owns.
+func (ns Keys) Tenants() string { return ns.dir("tenants") }
 
 // MetricsIndex is a sorted set of the subscribers marked for per-subscriber
 // series in /metrics (Subscriber.Metrics), all with score 0 so that the

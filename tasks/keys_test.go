@@ -47,12 +47,13 @@ func TestSlotIsRedisClusters(t *testing.T) {
 // method missing here fails the test: a new key must say where it lives.
 var slotGroups = map[string]string{
 	"Namespace": "-", "SubscriberConfigs": "dir", "SubscriberVersion": "dir", "SubscriberIDs": "dir", "TypeIndex": "dir",
-	"PrefixIndex": "dir", "AnyIndex": "dir", "IndexKeysFor": "dir", "IndexKeyOf": "dir", "MetricsIndex": "dir",
+	"PrefixIndex": "dir", "AnyIndex": "dir", "IndexKeysFor": "dir", "IndexKeyOf": "dir", "MetricsIndex": "dir", "TenantNames": "dir", "Tenants": "dir",
 	"PausedIndex": "dir", "OpenBreakers": "dir", "RegionSubscribers": "dir", "LegacyRegions": "dir",
 	"Gate": "sub", "Gates": "sub", "Delivery": "sub", "DeliveryLog": "sub", "RateLimiterKey": "sub", "Stats": "sub",
 	"Ledger": "sub", "DeadIndex": "sub", "DeadBatch": "sub", "DeadBatchSample": "sub", "LegacyLeftovers": "sub",
 	"Event": "event", "LegacyEvent": "event",
-	"Ready": "ready", "Claimed": "ready", "Rescuer": "ready", "RescuerCursor": "ready",
+	"TenantEvent": "own", // Event of "<tenant>/<id>": that event's slot, not id's
+	"Ready":       "ready", "Claimed": "ready", "Rescuer": "ready", "RescuerCursor": "ready",
 	"Totals": "totals", "TotalsFlushes": "totals", "Counters": "totals",
 	"AsynqTask":    "queue",
 	"AllDeadIndex": "own", "LegacyCounters": "own", "Cooling": "own", "DeadReportsDue": "own", "Layout": "own", "IngestLimiterKey": "own",

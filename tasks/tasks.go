@@ -158,7 +158,7 @@ func TaskID(sub, eventID string) string { return sub + ":" + eventID }
 // letter's keys (Keys.Ledger) stay where they were written.
 func SplitTaskID(id string) (sub, eventID string, ok bool) {
 	sub, eventID, ok = strings.Cut(id, ":")
-	return sub, eventID, ok && ValidateStoredSubscriberID(sub) == nil && eventID != ""
+	return sub, eventID, ok && ValidateScopedID(sub) == nil && eventID != ""
 }
 
 // TaskVersion is the payload version this release writes. Version 3 is a
@@ -265,7 +265,7 @@ func DecodeTask(b []byte) (d Delivery, legacy *LegacyDelivery, err error) {
 // validDelivery checks a task's ids by the rules they were accepted under
 // when it was queued: a task of an id refused since is still delivered.
 func validDelivery(d Delivery) error {
-	if err := ValidateStoredSubscriberID(d.SubscriberID); err != nil {
+	if err := ValidateScopedID(d.SubscriberID); err != nil {
 		return fmt.Errorf("undecodable payload: %v: %w", err, asynq.SkipRetry)
 	}
 	if d.V != BatchVersion {

@@ -42,12 +42,12 @@ func TestMatches(t *testing.T) {
 
 func TestOperatorTypesAreNotLookedUpInTheUnfilteredIndex(t *testing.T) {
 	ns := tasks.Keys("n")
-	for _, k := range ns.IndexKeysFor(tasks.OperatorRecovered) {
-		if k == ns.AnyIndex() {
+	for _, k := range ns.IndexKeysFor(tasks.DefaultTenant, tasks.OperatorRecovered) {
+		if k == ns.AnyIndex(tasks.DefaultTenant) {
 			t.Fatalf("%s is looked up in the index of unfiltered subscribers", tasks.OperatorRecovered)
 		}
 	}
-	if keys := ns.IndexKeysFor("video.x"); len(keys) != 3 || keys[1] != ns.AnyIndex() {
+	if keys := ns.IndexKeysFor(tasks.DefaultTenant, "video.x"); len(keys) != 3 || keys[1] != ns.AnyIndex(tasks.DefaultTenant) {
 		t.Fatalf("an app type's index keys %v: want its type, the unfiltered index and its prefix", keys)
 	}
 }

@@ -169,7 +169,8 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 	r.token = limits.NewToken()
 	pace := h.pace(&sub.Subscriber)
 	req := limits.AdmitRequest{EventID: r.event, Token: r.token, SlotTTL: h.cfg.RequestTimeout + maxWait + 5*time.Second,
-		Pace: pace, Read: h.keys.Event(r.event), ReadField: tasks.EventFieldBody, Legacy: h.keys.LegacyEvent(r.event)}
+		Pace: pace, Read: h.keys.TenantEvent(tasks.TenantOf(r.sub), r.event), ReadField: tasks.EventFieldBody,
+		Legacy: h.keys.LegacyEvent(tasks.ScopedID(tasks.TenantOf(r.sub), r.event))}
 	if maxWait > 0 {
 		// A delivery handed out up to the lead before its rate slot waits
 		// for it here, and for a free in-flight slot up to MaxWait.

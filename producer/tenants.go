@@ -1,0 +1,248 @@
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// TenantInfo is a tenant as the operator registered it.
+type TenantInfo struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+	// Deleting: a DeleteTenant is under way (or was cut off: deleting
+	// again finishes it); the tenant is unknown to its routes meanwhile.
+	Deleting bool `json:"deleting,omitempty"`
+}
+
+// PutTenant registers tenant name (created true), or leaves one that is
+// registered as it is. The default tenant always is.
+func (p *Producer) PutTenant(ctx context.Context, name string) (TenantInfo, bool, error) {
+	if err := tasks.ValidateTenant(name); err != nil {
+		return TenantInfo{}, false, err
+	}
+	if name == tasks.DefaultTenant {
+		return TenantInfo{Name: name}, false, nil
+	}
+	t := TenantInfo{Name: name, CreatedAt: p.nowFunc().UTC().Truncate(time.Millisecond)}
+	b, _ := json.Marshal(t) // plain data: cannot fail
+	var created bool
+	err := p.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		cur, ok, err := p.readTenant(ctx, tx, name)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if cur.Deleting {
+				return fmt.Errorf("%w: tenant %s; delete it again to finish, then create it", ErrTenantDeleting, name)
+			}
+			t = cur
+			return nil
+		}
+		_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+			pl.HSet(ctx, p.keys.Tenants(), name, b)
+			pl.ZAdd(ctx, p.keys.TenantNames(), redis.Z{Member: name})
+			return nil
+		})
+		created = err == nil
+		return err
+	}, p.keys.Tenants())
+	if err != nil && !errors.Is(err, ErrTenantDeleting) {
+		err = fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return t, created, err
+}
+
+// GetTenant returns tenant name, or ErrUnknownTenant.
+func (p *Producer) GetTenant(ctx context.Context, name string) (TenantInfo, error) {
+	if err := tasks.ValidateTenant(name); err != nil {
+		return TenantInfo{}, err
+	}
+	if name == tasks.DefaultTenant {
+		return TenantInfo{Name: name}, nil
+	}
+	t, ok, err := p.readTenant(ctx, p.rdb, name)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: %s", ErrUnknownTenant, name)
+	}
+	return t, err
+}
+
+func (p *Producer) readTenant(ctx context.Context, c redis.Cmdable, name string) (TenantInfo, bool, error) {
+	v, err := c.HGet(ctx, p.keys.Tenants(), name).Result()
+	if errors.Is(err, redis.Nil) {
+		return TenantInfo{}, false, nil
+	}
+	if err != nil {
+		return TenantInfo{}, false, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	var t TenantInfo
+	if err := json.Unmarshal([]byte(v), &t); err != nil {
+		return TenantInfo{}, false, fmt.Errorf("tenant %s: stored value unreadable: %w", name, err)
+	}
+	return t, true, nil
+}
+
+// Tenants returns up to limit registered tenants with names after after,
+// in name order (the default tenant, which always is, is not listed), and
+// the name to continue after ("" at the end).
+func (p *Producer) Tenants(ctx context.Context, after string, limit int) ([]TenantInfo, string, error) {
+	limit = min(max(limit, 1), maxPage)
+	lo := "-"
+	if after != "" {
+		lo = "(" + after
+	}
+	names, err := p.rdb.ZRangeByLex(ctx, p.keys.TenantNames(), &redis.ZRangeBy{Min: lo, Max: "+", Count: int64(limit)}).Result()
+	if err != nil || len(names) == 0 {
+		if err != nil {
+			err = fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+		return []TenantInfo{}, "", err
+	}
+	vals, err := p.rdb.HMGet(ctx, p.keys.Tenants(), names...).Result()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	out := make([]TenantInfo, 0, len(names))
+	for i, v := range vals {
+		var t TenantInfo
+		if s, ok := v.(string); ok && json.Unmarshal([]byte(s), &t) == nil {
+			out = append(out, t)
+		} else {
+			out = append(out, TenantInfo{Name: names[i], Deleting: true}) // its deletion's last step is under way
+		}
+	}
+	next := ""
+	if len(names) == limit {
+		next = names[len(names)-1]
+	}
+	return out, next, nil
+}
+
+// DeleteTenant deletes tenant name with everything it owns: its
+// subscribers (their queued deliveries are dropped unsent, as
+// DeleteSubscriber's), the events they were published and their dead
+// letters. The tenant is marked deleting first (its routes answer it
+// unknown from then on); a deletion cut off halfway is finished by
+// deleting again. Its cost grows with what the tenant owns.
+func (p *Producer) DeleteTenant(ctx context.Context, name string) error {
+	if err := tasks.ValidateTenant(name); err != nil {
+		return err
+	}
+	if name == tasks.DefaultTenant {
+		return &tasks.FieldError{Field: "tenant", Msg: "the default tenant cannot be deleted"}
+	}
+	t, ok, err := p.readTenant(ctx, p.rdb, name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownTenant, name)
+	}
+	if !t.Deleting {
+		t.Deleting = true
+		b, _ := json.Marshal(t)
+		if err := p.rdb.HSet(ctx, p.keys.Tenants(), name, b).Err(); err != nil {
+			return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+	}
+	tp, err := p.Tenant(name)
+	if err != nil {
+		return err
+	}
+	if err := tp.deleteAll(ctx); err != nil {
+		return err
+	}
+	_, err = p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.HDel(ctx, p.keys.Tenants(), name)
+		pl.ZRem(ctx, p.keys.TenantNames(), name)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
+	return nil
+}
+
+// deleteAll deletes everything of p's tenant: each subscriber's events
+// (read from its delivery log), dead letters and itself, then the dead
+// letters left of subscribers deleted before.
+func (p *Producer) deleteAll(ctx context.Context) error {
+	for {
+		subs, _, err := p.Subscribers(ctx, "", 100)
+		if err != nil {
+			return err
+		}
+		if len(subs) == 0 {
+			break
+		}
+		for _, s := range subs {
+			if err := p.deleteEventsOf(ctx, p.sid(s.ID)); err != nil {
+				return err
+			}
+			if err := p.deleteDeadLetters(ctx, DeadLetterQuery{Subscriber: s.ID}); err != nil {
+				return err
+			}
+			if err := p.DeleteSubscriber(ctx, s.ID); err != nil && !errors.Is(err, ErrUnknownSubscriber) {
+				return err
+			}
+		}
+	}
+	return p.deleteDeadLetters(ctx, DeadLetterQuery{})
+}
+
+// deleteEventsOf deletes the stored events subscriber stored was
+// published (those its delivery log lists).
+func (p *Producer) deleteEventsOf(ctx context.Context, stored string) error {
+	log := p.keys.DeliveryLog(stored)
+	for lo := "-"; ; {
+		entries, err := p.rdb.XRangeN(ctx, log, lo, "+", 500).Result()
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+		if len(entries) == 0 {
+			return nil
+		}
+		_, err = p.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for _, e := range entries {
+				if id, ok := e.Values["e"].(string); ok {
+					ek, lk := p.eventKeys(id)
+					pl.Del(ctx, ek)
+					pl.Del(ctx, lk)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+		}
+		lo = "(" + entries[len(entries)-1].ID
+	}
+}
+
+// deleteDeadLetters deletes p's dead letters that match q, replayed ones
+// included.
+func (p *Producer) deleteDeadLetters(ctx context.Context, q DeadLetterQuery) error {
+	q.IncludeReplayed, q.Limit = true, 1000
+	for {
+		page, next, err := p.DeadLetters(ctx, q)
+		if err != nil {
+			return err
+		}
+		for _, e := range page {
+			if err := p.DeleteDeadLetter(ctx, e.TaskID); err != nil && !errors.Is(err, ErrUnknownDeadLetter) {
+				return err
+			}
+		}
+		if next == "" {
+			return nil
+		}
+		q.Cursor = next
+	}
+}
