@@ -19,7 +19,11 @@ type apiRoute struct {
 // from and the one the tests compare with openapi.json, both ways: an
 // endpoint cannot be served without being described, nor described
 // without being served.
-var apiRoutes = []apiRoute{
+var apiRoutes = func(rs []apiRoute) []apiRoute { return append(rs, tenantRoutes(rs)...) }([]apiRoute{
+	{"GET /v1/tenants", (*Server).listTenants},
+	{"PUT /v1/tenants/{tenant}", (*Server).putTenant},
+	{"GET /v1/tenants/{tenant}", (*Server).getTenant},
+	{"DELETE /v1/tenants/{tenant}", (*Server).deleteTenant},
 	{"GET /v1/subscribers", (*Server).listSubscribers},
 	{"PUT /v1/subscribers/{id}", (*Server).putSubscriber},
 	{"GET /v1/subscribers/{id}", (*Server).getSubscriber},
@@ -45,7 +49,7 @@ var apiRoutes = []apiRoute{
 		serveOpenAPI(w, r)
 		return nil
 	}},
-}
+})
 
 func (s *Server) api() http.Handler {
 	mux := http.NewServeMux()

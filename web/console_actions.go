@@ -19,7 +19,7 @@ import (
 func (c *console) setPaused(paused bool) pageHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id := r.PathValue("id")
-		if err := c.s.p.SetPaused(r.Context(), id, paused); err != nil {
+		if err := c.s.def.SetPaused(r.Context(), id, paused); err != nil {
 			return err
 		}
 		done := "resumed"
@@ -37,7 +37,7 @@ func (c *console) sendTest(w http.ResponseWriter, r *http.Request) error {
 	if err := c.s.ingest.allow(r.Context(), r); err != nil {
 		return err
 	}
-	res, err := c.s.sendPing(r.Context(), id)
+	res, err := c.s.sendPing(r.Context(), c.s.def, id)
 	if err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func (c *console) sendTest(w http.ResponseWriter, r *http.Request) error {
 // POST /v1/subscribers/{id}/cooldown/end does.
 func (c *console) endCooldown(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	ended, err := c.s.p.EndCooldown(r.Context(), id)
+	ended, err := c.s.def.EndCooldown(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (c *console) resend(w http.ResponseWriter, r *http.Request) error {
 	if err := c.s.ingest.allow(r.Context(), r); err != nil {
 		return err
 	}
-	t, err := c.s.p.Resend(r.Context(), sub, ev)
+	t, err := c.s.def.Resend(r.Context(), sub, ev)
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func (c *console) rotate(w http.ResponseWriter, r *http.Request) error {
 		}
 		grace = d
 	}
-	sub, secret, err := c.s.p.RotateSecret(r.Context(), r.PathValue("id"), grace)
+	sub, secret, err := c.s.def.RotateSecret(r.Context(), r.PathValue("id"), grace)
 	if err != nil {
 		return err
 	}
@@ -128,14 +128,14 @@ type replayedView struct {
 // one named by task_id) and shows what happened to each.
 func (c *console) replay(w http.ResponseWriter, r *http.Request) error {
 	ctx, id := r.Context(), r.PathValue("id")
-	if _, err := c.s.p.GetSubscriber(ctx, id); err != nil {
+	if _, err := c.s.def.GetSubscriber(ctx, id); err != nil {
 		return err
 	}
 	q := producer.DeadLetterQuery{Subscriber: id, Limit: replayBatch, Cursor: r.PostForm.Get("cursor")}
 	if one := r.PostForm.Get("task_id"); one != "" {
 		q.IDs, q.Cursor = []string{one}, ""
 	}
-	out, next, err := c.s.p.Replay(ctx, q)
+	out, next, err := c.s.def.Replay(ctx, q)
 	if err != nil && len(out) == 0 && (errors.Is(err, producer.ErrRedisUnavailable) || errors.Is(err, producer.ErrBadCursor)) {
 		return err
 	}

@@ -132,7 +132,7 @@ func (c *console) allDeliveries(w http.ResponseWriter, r *http.Request) error {
 			(p.ID == "" || strings.HasPrefix(event, p.ID) || strings.HasPrefix(sub+":"+event, p.ID))
 	}
 
-	subs, next, err := c.s.p.Subscribers(ctx, after, p.Subs)
+	subs, next, err := c.s.def.Subscribers(ctx, after, p.Subs)
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func (c *console) allDeliveries(w http.ResponseWriter, r *http.Request) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			pages[i], _, errs[i] = c.s.p.Deliveries(ctx, s.ID, dq)
+			pages[i], _, errs[i] = c.s.def.Deliveries(ctx, s.ID, dq)
 		})
 	}
 	wg.Wait()
@@ -181,7 +181,7 @@ func (c *console) allDeliveries(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	if p.State == "" || p.State == tasks.StateDead {
-		dead, nextDead, err := c.s.p.DeadLetters(ctx, producer.DeadLetterQuery{Since: dq.Since, Until: dq.Until, Limit: 20,
+		dead, nextDead, err := c.s.def.DeadLetters(ctx, producer.DeadLetterQuery{Since: dq.Since, Until: dq.Until, Limit: 20,
 			Cursor: q.Get("dead")})
 		if err != nil {
 			return err

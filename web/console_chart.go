@@ -97,7 +97,7 @@ func (c *console) readChart(ctx context.Context, sub string, n int, lastN bool) 
 	if lastN {
 		q.Since = time.Time{}
 	}
-	recs, next, err := c.s.p.Deliveries(ctx, sub, q)
+	recs, next, err := c.s.def.Deliveries(ctx, sub, q)
 	if err != nil {
 		return outcomeChart{}, err
 	}

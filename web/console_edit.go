@@ -126,13 +126,13 @@ func (c *console) createSubscriber(w http.ResponseWriter, r *http.Request) error
 	if err := tasks.ValidateSubscriberID(f.ID); err != nil {
 		return c.formError(w, p, err)
 	}
-	switch _, err := c.s.p.GetSubscriber(r.Context(), f.ID); {
+	switch _, err := c.s.def.GetSubscriber(r.Context(), f.ID); {
 	case err == nil:
 		return c.formError(w, p, apiErr(http.StatusConflict, "exists", "id", "a subscriber %s exists already: edit it from its page", f.ID))
 	case !errors.Is(err, producer.ErrUnknownSubscriber):
 		return err
 	}
-	v, _, err := c.s.saveSubscriber(r.Context(), f.ID, req)
+	v, _, err := c.s.saveSubscriber(r.Context(), c.s.def, f.ID, req)
 	if err != nil {
 		return c.formError(w, p, err)
 	}
@@ -149,7 +149,7 @@ func (c *console) editPage(id string, f subscriberForm) subscriberFormPage {
 }
 
 func (c *console) editSubscriberForm(w http.ResponseWriter, r *http.Request) error {
-	sub, err := c.s.p.GetSubscriber(r.Context(), r.PathValue("id"))
+	sub, err := c.s.def.GetSubscriber(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -168,10 +168,10 @@ func (c *console) editSubscriber(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return c.formError(w, p, err)
 	}
-	if _, err := c.s.p.GetSubscriber(r.Context(), id); err != nil {
+	if _, err := c.s.def.GetSubscriber(r.Context(), id); err != nil {
 		return err
 	}
-	if _, _, err := c.s.saveSubscriber(r.Context(), id, req); err != nil {
+	if _, _, err := c.s.saveSubscriber(r.Context(), c.s.def, id, req); err != nil {
 		return c.formError(w, p, err)
 	}
 	return seeOther(w, r, subscriberPath(id)+"?done=saved")
@@ -184,7 +184,7 @@ func (c *console) deleteSubscriber(w http.ResponseWriter, r *http.Request) error
 	if r.PostForm.Get("confirm") != id {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "confirm", "type the subscriber's id, %s, to delete it", id)
 	}
-	if err := c.s.p.DeleteSubscriber(r.Context(), id); err != nil {
+	if err := c.s.def.DeleteSubscriber(r.Context(), id); err != nil {
 		return err
 	}
 	return seeOther(w, r, "/console/subscribers?done=deleted")

@@ -127,7 +127,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 	var subs []tasks.Subscriber
 	if p.Query != "" && after == "" {
 		// The search's first page: the id itself, then those it prefixes.
-		switch s, err := c.s.p.GetSubscriber(ctx, p.Query); {
+		switch s, err := c.s.def.GetSubscriber(ctx, p.Query); {
 		case err == nil:
 			subs = append(subs, s)
 		case !errors.Is(err, producer.ErrUnknownSubscriber):
@@ -138,7 +138,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 	var page []tasks.Subscriber
 	next := after // a page of one that the exact match filled
 	if n := limit - len(subs); n > 0 {
-		if page, next, err = c.s.p.Subscribers(ctx, after, n); err != nil {
+		if page, next, err = c.s.def.Subscribers(ctx, after, n); err != nil {
 			return err
 		}
 	}
@@ -150,7 +150,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	subs = append(subs, page...)
-	sts, err := c.s.statuses(ctx, subs)
+	sts, err := c.s.statuses(ctx, c.s.def, subs)
 	if err != nil {
 		return err
 	}
@@ -215,11 +215,11 @@ func (c *console) subscriber(w http.ResponseWriter, r *http.Request) error {
 	if dq.Until, err = timeParam(q, "until"); err != nil {
 		return err
 	}
-	sub, err := c.s.p.GetSubscriber(ctx, id)
+	sub, err := c.s.def.GetSubscriber(ctx, id)
 	if err != nil {
 		return err
 	}
-	sts, err := c.s.statuses(ctx, []tasks.Subscriber{sub})
+	sts, err := c.s.statuses(ctx, c.s.def, []tasks.Subscriber{sub})
 	if err != nil {
 		return err
 	}
@@ -233,7 +233,7 @@ func (c *console) subscriber(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var next string
-	if p.Deliveries, next, err = c.s.p.Deliveries(ctx, sub.ID, dq); err != nil {
+	if p.Deliveries, next, err = c.s.def.Deliveries(ctx, sub.ID, dq); err != nil {
 		return err
 	}
 	p.Refresh = refreshFor(c.now(), p.Deliveries...)
@@ -246,7 +246,7 @@ func (c *console) subscriber(w http.ResponseWriter, r *http.Request) error {
 		}
 		p.NextDeliveries = self + "?" + v.Encode() + "#deliveries"
 	}
-	if p.DeadLetters, next, err = c.s.p.DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: sub.ID, Limit: 10,
+	if p.DeadLetters, next, err = c.s.def.DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: sub.ID, Limit: 10,
 		Cursor: q.Get("dead")}); err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ type deliveryPage struct {
 // payload while it is kept.
 func (c *console) delivery(w http.ResponseWriter, r *http.Request) error {
 	ctx, sub, evID := r.Context(), r.PathValue("id"), r.PathValue("event_id")
-	d, err := c.s.p.GetDelivery(ctx, sub, evID)
+	d, err := c.s.def.GetDelivery(ctx, sub, evID)
 	if err != nil {
 		return err
 	}
@@ -368,7 +368,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request) error {
 		return seeOther(w, r, eventPath(q))
 	}
 	if sub, ev, ok := tasks.SplitTaskID(q); ok {
-		switch _, err := c.s.p.GetDelivery(ctx, sub, ev); {
+		switch _, err := c.s.def.GetDelivery(ctx, sub, ev); {
 		case err == nil:
 			return seeOther(w, r, deliveryPath(sub, ev))
 		case errors.Is(err, producer.ErrRedisUnavailable):
@@ -376,7 +376,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if tasks.ValidateSubscriberID(q) == nil {
-		switch _, err := c.s.p.GetSubscriber(ctx, q); {
+		switch _, err := c.s.def.GetSubscriber(ctx, q); {
 		case err == nil:
 			return seeOther(w, r, subscriberPath(q))
 		case errors.Is(err, producer.ErrRedisUnavailable):

@@ -24,7 +24,7 @@ func (c *console) storedEvent(ctx context.Context, id string) (se tasks.StoredEv
 	if tasks.ValidateEventID(id) != nil {
 		return se, false, nil
 	}
-	se, err = c.s.p.StoredEvent(ctx, id)
+	se, err = c.s.def.StoredEvent(ctx, id)
 	if errors.Is(err, producer.ErrUnknownEvent) {
 		return se, false, nil
 	}
@@ -52,7 +52,7 @@ func (c *console) readDeliveries(ctx context.Context, subs, ids []string) ([]del
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			d, err := c.s.p.GetDelivery(ctx, subs[i], ids[i])
+			d, err := c.s.def.GetDelivery(ctx, subs[i], ids[i])
 			switch {
 			case err == nil:
 				out[i].Record = &d

@@ -22,7 +22,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	if q.Limit, q.Since, q.Until, err = pageQuery(r, 1000); err != nil {
 		return err
 	}
-	page, next, err := s.p.Deliveries(r.Context(), r.PathValue("id"), q)
+	page, next, err := s.prod(r).Deliveries(r.Context(), r.PathValue("id"), q)
 	if err != nil {
 		return err
 	}
@@ -34,7 +34,7 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getDelivery(w http.ResponseWriter, r *http.Request) error {
-	d, err := s.p.GetDelivery(r.Context(), r.PathValue("id"), r.PathValue("event_id"))
+	d, err := s.prod(r).GetDelivery(r.Context(), r.PathValue("id"), r.PathValue("event_id"))
 	if err != nil {
 		return err
 	}
@@ -49,7 +49,7 @@ func (s *Server) resend(w http.ResponseWriter, r *http.Request) error {
 	if err := s.ingest.allow(r.Context(), r); err != nil {
 		return err
 	}
-	t, err := s.p.Resend(r.Context(), id, ev)
+	t, err := s.prod(r).Resend(r.Context(), id, ev)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func (s *Server) resend(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) error {
-	e, err := s.p.GetEvent(r.Context(), r.PathValue("id"))
+	e, err := s.prod(r).GetEvent(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}

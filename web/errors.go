@@ -53,6 +53,10 @@ func toAPIError(err error) *APIError {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", apiField(fe.Field), "%s", fe.Msg)
 	case errors.Is(err, producer.ErrInvalid):
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "", "%v", err)
+	case errors.Is(err, producer.ErrUnknownTenant):
+		return apiErr(http.StatusNotFound, "unknown_tenant", "", "%v", err)
+	case errors.Is(err, producer.ErrTenantDeleting):
+		return apiErr(http.StatusConflict, "tenant_deleting", "", "%v", err)
 	case errors.Is(err, producer.ErrUnknownSubscriber):
 		return apiErr(http.StatusNotFound, "unknown_subscriber", "", "%v", err)
 	case errors.Is(err, producer.ErrUnknownDeadLetter):

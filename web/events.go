@@ -43,9 +43,9 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
 	}
 	var res *producer.PublishResult
 	if be.To != "" {
-		res, err = s.p.SendTo(r.Context(), be.To, be.Event, be.Opts)
+		res, err = s.prod(r).SendTo(r.Context(), be.To, be.Event, be.Opts)
 	} else {
-		res, err = s.p.Publish(r.Context(), be.Event, be.Opts)
+		res, err = s.prod(r).Publish(r.Context(), be.Event, be.Opts)
 	}
 	return s.writePublished(w, res, err)
 }
@@ -87,7 +87,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "include_replayed", "want true or false, got %s", quoted(v))
 	}
 	q.Cursor = r.URL.Query().Get("cursor")
-	dl, next, err := s.p.DeadLetters(r.Context(), q)
+	dl, next, err := s.prod(r).DeadLetters(r.Context(), q)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
 	if req.Limit < 0 || req.Limit > 10_000 {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want 1-10000 (default 1000)")
 	}
-	out, next, err := s.p.Replay(r.Context(), producer.DeadLetterQuery{Subscriber: req.Subscriber, IDs: req.IDs,
+	out, next, err := s.prod(r).Replay(r.Context(), producer.DeadLetterQuery{Subscriber: req.Subscriber, IDs: req.IDs,
 		Since: req.Since, Until: req.Until, Limit: req.Limit, Cursor: req.Cursor})
 	if out == nil {
 		out = []producer.ReplayOutcome{}
@@ -166,7 +166,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteDeadLetter(w http.ResponseWriter, r *http.Request) error {
-	if err := s.p.DeleteDeadLetter(r.Context(), r.PathValue("task_id")); err != nil {
+	if err := s.prod(r).DeleteDeadLetter(r.Context(), r.PathValue("task_id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -78,7 +78,7 @@ func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) error {
 		}
 		evs, at = append(evs, ev), append(at, i)
 	}
-	results, err := s.p.PublishEach(r.Context(), evs)
+	results, err := s.prod(r).PublishEach(r.Context(), evs)
 	if err != nil {
 		return err
 	}

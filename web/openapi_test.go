@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -19,8 +21,10 @@ import (
 	"github.com/hooklane/hooklane/web"
 )
 
-// GET /v1/openapi.json answers the document in the repository, byte for
-// byte, without a token, and it loads as a valid OpenAPI 3.1 document.
+// GET /v1/openapi.json answers the document in the repository, every path
+// of it as it is there (and each resource path again under
+// /v1/tenants/{tenant}/), without a token, and it loads as a valid
+// OpenAPI 3.1 document.
 // Another method on it is refused like on any endpoint: 401 without the
 // token, 405 with it.
 func TestOpenAPIIsServedWithoutToken(t *testing.T) {
@@ -33,8 +37,26 @@ func TestOpenAPIIsServedWithoutToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(r.body, file) {
-		t.Fatal("the served document is not openapi.json byte for byte")
+	if !bytes.Equal(r.body, web.OpenAPI()) {
+		t.Fatal("the served document is not web.OpenAPI()")
+	}
+	var inFile, served struct{ Paths map[string]json.RawMessage }
+	if err := json.Unmarshal(file, &inFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(r.body, &served); err != nil {
+		t.Fatal(err)
+	}
+	for p, item := range inFile.Paths {
+		var a, b any
+		_ = json.Unmarshal(item, &a)
+		_ = json.Unmarshal(served.Paths[p], &b)
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("path %s is not served as openapi.json has it", p)
+		}
+	}
+	if _, ok := served.Paths["/v1/tenants/{tenant}/subscribers/{id}"]; !ok {
+		t.Error("the tenants' paths are not served")
 	}
 	doc, err := openapi3.NewLoader().LoadFromData(r.body)
 	if err != nil {
@@ -258,8 +280,10 @@ var refusals = map[string]struct {
 	status int
 	code   string
 }{
-	"POST /v1/subscribers/{id}/deliveries/{event_id}/resend": {409, "delivery_active"},
-	"DELETE /v1/dead-letters/{task_id}":                      {404, "unknown_dead_letter"},
+	"POST /v1/subscribers/{id}/deliveries/{event_id}/resend":                  {409, "delivery_active"},
+	"DELETE /v1/dead-letters/{task_id}":                                       {404, "unknown_dead_letter"},
+	"POST /v1/tenants/{tenant}/subscribers/{id}/deliveries/{event_id}/resend": {409, "delivery_active"},
+	"DELETE /v1/tenants/{tenant}/dead-letters/{task_id}":                      {404, "unknown_dead_letter"},
 }
 
 // Every documented operation, called with each of its request examples
@@ -276,9 +300,13 @@ func TestEveryDocumentedOperationIsServed(t *testing.T) {
 	ops := documentedOperations(doc)
 	rank := func(o operation) int {
 		switch {
+		case o.method == "PUT" && o.path == "/v1/tenants/{tenant}":
+			return -1
+		case o.method == "DELETE" && o.path == "/v1/tenants/{tenant}":
+			return 4
 		case o.method == "PUT":
 			return 0
-		case o.method == "POST" && o.path == "/v1/events":
+		case o.method == "POST" && (o.path == "/v1/events" || o.path == "/v1/tenants/{tenant}/events"):
 			return 1
 		case o.method == "DELETE":
 			return 3
@@ -330,12 +358,14 @@ func TestEveryDocumentedOperationIsServed(t *testing.T) {
 		if !strings.HasPrefix(path, "/v1/") {
 			continue
 		}
-		concrete := strings.NewReplacer("{id}", "acme", "{task_id}", "acme:e1").Replace(path)
+		concrete := strings.NewReplacer("{id}", "acme", "{task_id}", "acme:e1", "{tenant}", "acme").Replace(path)
 		for _, m := range []string{"GET", "PUT", "POST", "DELETE"} {
 			// DELETE /v1/dead-letters/replay is DELETE /v1/dead-letters/{task_id},
 			// GET /v1/events/batch GET /v1/events/{id}.
-			if doc.Paths.Value(path).GetOperation(m) != nil || m == "DELETE" && path == "/v1/dead-letters/replay" ||
-				m == "GET" && path == "/v1/events/batch" {
+			rest := strings.TrimPrefix(path, "/v1/tenants/{tenant}")
+			if doc.Paths.Value(path).GetOperation(m) != nil || m == "DELETE" && rest == "/v1/dead-letters/replay" ||
+				m == "GET" && rest == "/v1/events/batch" || m == "DELETE" && rest == "/dead-letters/replay" ||
+				m == "GET" && rest == "/events/batch" {
 				continue
 			}
 			if r := b.callRaw(t, m, concrete, nil, bearer); r.status != 405 || len(r.header.Values("Allow")) == 0 {

@@ -17,13 +17,16 @@ import (
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
 )
 
 // Server is hooklane's HTTP process.
 type Server struct {
 	cfg     Config
 	rdb     redis.UniversalClient
-	p       *producer.Producer
+	p       *producer.Producer // the operator's: every tenant's
+	def     *producer.Producer // the default tenant's: the routes without a tenant
+	tenants tenantCache
 	ingest  *ingestLimiter
 	gates   *limits.Gates // read only: every write goes through p
 	insp    *asynq.Inspector
@@ -56,6 +59,8 @@ func New(cfg Config) (*Server, error) {
 		s.rdb.Close()
 		return nil, err
 	}
+	s.def, _ = s.p.Tenant(tasks.DefaultTenant) // a valid name: cannot fail
+	s.tenants.m = map[string]time.Time{}
 	s.gates = limits.NewGates(s.rdb)
 	s.ingest = newIngestLimiter(s)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)

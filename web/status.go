@@ -122,11 +122,11 @@ func parkedCounts(g tasks.Gate, parked, tried int64, dueInCooldown *redis.IntCmd
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
-	sub, err := s.p.GetSubscriber(r.Context(), r.PathValue("id"))
+	sub, err := s.prod(r).GetSubscriber(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	st, err := s.statuses(r.Context(), []tasks.Subscriber{sub})
+	st, err := s.statuses(r.Context(), s.prod(r), []tasks.Subscriber{sub})
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 // parked deliveries are handed out at once, at its pace. It answers the
 // status as it is after.
 func (s *Server) endCooldown(w http.ResponseWriter, r *http.Request) error {
-	if _, err := s.p.EndCooldown(r.Context(), r.PathValue("id")); err != nil {
+	if _, err := s.prod(r).EndCooldown(r.Context(), r.PathValue("id")); err != nil {
 		return err
 	}
 	return s.status(w, r)
@@ -148,7 +148,8 @@ func (s *Server) endCooldown(w http.ResponseWriter, r *http.Request) error {
 // statuses reads the status of each of subs in one round trip (one per
 // Cluster node), so that a page of subscribers costs its size: the API's
 // status and the console's pages show the same figures from the same reads.
-func (s *Server) statuses(ctx context.Context, subs []tasks.Subscriber) ([]Status, error) {
+// subs are pr's (their ids its).
+func (s *Server) statuses(ctx context.Context, pr *producer.Producer, subs []tasks.Subscriber) ([]Status, error) {
 	if len(subs) == 0 {
 		return nil, nil
 	}
@@ -163,9 +164,9 @@ func (s *Server) statuses(ctx context.Context, subs []tasks.Subscriber) ([]Statu
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		now = p.Time(ctx) // cooldowns are kept in Redis' clock
 		for i, sub := range subs {
-			k := keys.Gates(sub.ID)
+			k := keys.Gates(pr.StoredID(sub.ID))
 			rs[i] = reads{cool: p.Get(ctx, k.Cooldown), rec: p.HGetAll(ctx, k.Record),
-				inflight: s.gates.InFlightIn(ctx, p, k), stats: p.HGetAll(ctx, keys.Stats(sub.ID))} // worker.ReadStats' hash
+				inflight: s.gates.InFlightIn(ctx, p, k), stats: p.HGetAll(ctx, keys.Stats(pr.StoredID(sub.ID)))} // worker.ReadStats' hash
 			rs[i].parked, rs[i].retrying, rs[i].handed = s.gates.ParkedIn(ctx, p, k)
 		}
 		return nil
@@ -186,7 +187,7 @@ func (s *Server) statuses(ctx context.Context, subs []tasks.Subscriber) ([]Statu
 		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, sub := range subs {
 				if g := gates[i]; tasks.ParkedState(false, time.Time{}, g) == tasks.StateCooling {
-					dueInCooldown[i] = p.ZCount(ctx, keys.Gates(sub.ID).Lot, "-inf", strconv.FormatInt(g.CoolingUntil.UnixMilli(), 10))
+					dueInCooldown[i] = p.ZCount(ctx, keys.Gates(pr.StoredID(sub.ID)).Lot, "-inf", strconv.FormatInt(g.CoolingUntil.UnixMilli(), 10))
 				}
 			}
 			return nil

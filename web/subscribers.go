@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -156,7 +157,7 @@ func (s *Server) putSubscriber(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(w, r, 64<<10, &req); err != nil {
 		return err
 	}
-	v, created, err := s.saveSubscriber(r.Context(), id, req)
+	v, created, err := s.saveSubscriber(r.Context(), s.prod(r), id, req)
 	if err != nil {
 		return err
 	}
@@ -172,7 +173,7 @@ func (s *Server) putSubscriber(w http.ResponseWriter, r *http.Request) error {
 // forms alike: req checked, the subscriber created or replaced, its pause
 // set when req names one. v shows a generated secret, the once it is
 // created without one.
-func (s *Server) saveSubscriber(ctx context.Context, id string, req SubscriberRequest) (v Subscriber, created bool, err error) {
+func (s *Server) saveSubscriber(ctx context.Context, p *producer.Producer, id string, req SubscriberRequest) (v Subscriber, created bool, err error) {
 	if err := tasks.ValidateSubscriberID(id); err != nil {
 		return v, false, err
 	}
@@ -180,15 +181,15 @@ func (s *Server) saveSubscriber(ctx context.Context, id string, req SubscriberRe
 	if err != nil {
 		return v, false, err
 	}
-	stored, created, err := s.p.UpsertSubscriber(ctx, sub)
+	stored, created, err := p.UpsertSubscriber(ctx, sub)
 	if err != nil {
 		return v, false, err
 	}
 	if req.Paused != nil && !created && *req.Paused != stored.Paused {
-		if err := s.p.SetPaused(ctx, id, *req.Paused); err != nil {
+		if err := p.SetPaused(ctx, id, *req.Paused); err != nil {
 			return v, false, err
 		}
-		if stored, err = s.p.GetSubscriber(ctx, id); err != nil {
+		if stored, err = p.GetSubscriber(ctx, id); err != nil {
 			return v, false, err
 		}
 	}
@@ -200,7 +201,7 @@ func (s *Server) saveSubscriber(ctx context.Context, id string, req SubscriberRe
 }
 
 func (s *Server) getSubscriber(w http.ResponseWriter, r *http.Request) error {
-	sub, err := s.p.GetSubscriber(r.Context(), r.PathValue("id"))
+	sub, err := s.prod(r).GetSubscriber(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -230,7 +231,7 @@ func (s *Server) listSubscribers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	subs, next, err := s.p.Subscribers(r.Context(), after, limit)
+	subs, next, err := s.prod(r).Subscribers(r.Context(), after, limit)
 	if err != nil {
 		return err
 	}
@@ -270,7 +271,7 @@ func decodeSubscriberCursor(c string) (string, error) {
 }
 
 func (s *Server) deleteSubscriber(w http.ResponseWriter, r *http.Request) error {
-	if err := s.p.DeleteSubscriber(r.Context(), r.PathValue("id")); err != nil {
+	if err := s.prod(r).DeleteSubscriber(r.Context(), r.PathValue("id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -283,7 +284,7 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) setPaused(w http.ResponseWriter, r *http.Request, paused bool) error {
-	if err := s.p.SetPaused(r.Context(), r.PathValue("id"), paused); err != nil {
+	if err := s.prod(r).SetPaused(r.Context(), r.PathValue("id"), paused); err != nil {
 		return err
 	}
 	return s.getSubscriber(w, r)
@@ -315,7 +316,7 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 		}
 		grace = d
 	}
-	sub, secret, err := s.p.RotateSecret(r.Context(), r.PathValue("id"), grace)
+	sub, secret, err := s.prod(r).RotateSecret(r.Context(), r.PathValue("id"), grace)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,190 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
+)
+
+// Tenants. Every resource route of the API is served twice: as
+// /v1/<route>, the default tenant's, and as /v1/tenants/{tenant}/<route>,
+// that tenant's (tenantRoutes), each seeing and changing its own
+// subscribers, events, deliveries and dead letters by its own ids
+// (producer.Producer.Tenant). A tenant's routes answer a tenant that is
+// not registered (or is being deleted) 404 unknown_tenant.
+
+// Tenant is a tenant as the API shows it.
+type Tenant struct {
+	Name      string     `json:"name"`
+	CreatedAt *time.Time `json:"created_at,omitempty"` // none for the default tenant
+}
+
+func tenantOf(t producer.TenantInfo) Tenant {
+	out := Tenant{Name: t.Name}
+	if !t.CreatedAt.IsZero() {
+		c := t.CreatedAt
+		out.CreatedAt = &c
+	}
+	return out
+}
+
+// TenantList is the answer of GET /v1/tenants.
+type TenantList struct {
+	Tenants    []Tenant `json:"tenants"`
+	NextCursor string   `json:"next_cursor,omitempty"`
+}
+
+// tenantKey is the request context's key of the tenant's Producer.
+type tenantKey struct{}
+
+// prod is the Producer a request's route is for: its tenant's, or the
+// default tenant's on the routes without one.
+func (s *Server) prod(r *http.Request) *producer.Producer {
+	if p, ok := r.Context().Value(tenantKey{}).(*producer.Producer); ok {
+		return p
+	}
+	return s.def
+}
+
+// tenantRoutes are routes served again under /v1/tenants/{tenant}/, for
+// that tenant.
+func tenantRoutes(routes []apiRoute) []apiRoute {
+	var out []apiRoute
+	for _, rt := range routes {
+		method, path, _ := strings.Cut(rt.pattern, " ")
+		rest, ok := strings.CutPrefix(path, "/v1/")
+		if !ok || rest == "openapi.json" || strings.HasPrefix(rest, "tenants") {
+			continue
+		}
+		serve := rt.serve
+		out = append(out, apiRoute{method + " /v1/tenants/{tenant}/" + rest, func(s *Server, w http.ResponseWriter, r *http.Request) error {
+			p, err := s.tenants.producer(r.Context(), s.p, r.PathValue("tenant"))
+			if err != nil {
+				return err
+			}
+			return serve(s, w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, p)))
+		}})
+	}
+	return out
+}
+
+// tenantCache remembers for a second which tenants are registered, so
+// that a tenant's request does not read the registry each time: a tenant
+// deleted is refused by every web process within a second.
+type tenantCache struct {
+	mu sync.Mutex
+	m  map[string]time.Time // name → when it was found registered
+}
+
+func (c *tenantCache) producer(ctx context.Context, p *producer.Producer, name string) (*producer.Producer, error) {
+	if tasks.ValidateTenant(name) != nil {
+		return nil, apiErr(http.StatusNotFound, "unknown_tenant", "", "no tenant %q", name)
+	}
+	c.mu.Lock()
+	at, ok := c.m[name]
+	c.mu.Unlock()
+	if !ok || time.Since(at) > time.Second {
+		t, err := p.GetTenant(ctx, name)
+		if errors.Is(err, producer.ErrUnknownTenant) || err == nil && t.Deleting {
+			c.forget(name)
+			return nil, apiErr(http.StatusNotFound, "unknown_tenant", "", "no tenant %q", name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if len(c.m) > 10_000 {
+			clear(c.m)
+		}
+		c.m[name] = time.Now()
+		c.mu.Unlock()
+	}
+	return p.Tenant(name)
+}
+
+func (c *tenantCache) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, name)
+}
+
+// putTenant serves PUT /v1/tenants/{tenant}: registers it (201), or finds
+// it registered (200).
+func (s *Server) putTenant(w http.ResponseWriter, r *http.Request) error {
+	if r.ContentLength != 0 { // a body, if any, is {}: a tenant has no settings yet
+		var req struct{}
+		if err := decode(w, r, 1<<10, &req); err != nil {
+			return err
+		}
+	}
+	t, created, err := s.p.PutTenant(r.Context(), r.PathValue("tenant"))
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, tenantOf(t))
+	return nil
+}
+
+// getTenant serves GET /v1/tenants/{tenant}.
+func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) error {
+	t, err := s.p.GetTenant(r.Context(), r.PathValue("tenant"))
+	if err == nil && t.Deleting {
+		err = producer.ErrUnknownTenant
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, tenantOf(t))
+	return nil
+}
+
+// deleteTenant serves DELETE /v1/tenants/{tenant}: the tenant with
+// everything it owns.
+func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("tenant")
+	s.tenants.forget(name)
+	if err := s.p.DeleteTenant(r.Context(), name); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// listTenants serves GET /v1/tenants: a page of the registered tenants in
+// name order (the default tenant, which always is, is not listed).
+func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "limit", "want a whole number from 1 to 1000, got %s", quoted(v))
+		}
+		limit = n
+	}
+	after := q.Get("cursor")
+	if after != "" && tasks.ValidateTenant(after) != nil {
+		return apiErr(http.StatusUnprocessableEntity, "invalid", "cursor", "not a cursor of this list: pass next_cursor as it was answered")
+	}
+	ts, next, err := s.p.Tenants(r.Context(), after, limit)
+	if err != nil {
+		return err
+	}
+	out := TenantList{Tenants: make([]Tenant, len(ts)), NextCursor: next}
+	for i, t := range ts {
+		out.Tenants[i] = tenantOf(t)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
