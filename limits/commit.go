@@ -111,7 +111,9 @@ type Committed struct {
 
 // KEYS: 1 gate, 2 cooldown, 3 inflight, 4 lot, 5 out, 6 exp, 7 fresh, 8
 // record, 9 stats, 10 ledger entry, 11 dead index, 12 dead batch, 13 its
-// sample, 14 the release before's attempt list, 15 retry, 16 runs. ARGV: 1 event id, 2 token,
+// sample, 14 the release before's attempt list, 15 retry, 16 runs (8, 10
+// and 14 are each outcome's: a group's follow the 16, four an outcome,
+// with its ledger entry's replay claim fourth). ARGV: 1 event id, 2 token,
 // 3 kind, 4 attempt field, 5 attempt, 6 lost field, 7 lost, 8 backoff ms,
 // 9 delivered ms, 10 flags (e endpoint failure, a answered, p probe, s
 // streak, t throttled, g pause gone, c cooldown lost), 11 breaker failures (-1 off), 12
@@ -289,10 +291,12 @@ local function commit(ARGV, counters)
     -- its horizon, it outlives the delivery by the window already
     if not x or now > x then keep_ended() end
     -- a dead letter of the delivery (le: one was written, or the release
-    -- before may have written one) not replayed is stale: it goes
+    -- before may have written one) not replayed is stale: it goes; not
+    -- one a replay has claimed, which marks it replayed once its task is
+    -- enqueued: this delivery may be that task's, answered first
     if d[7] then
       local entry = redis.call('GET', k.ledger)
-      if entry and not string.find(entry, '"replayed_at"', 1, true) then
+      if entry and not string.find(entry, '"replayed_at"', 1, true) and redis.call('EXISTS', k.claim) == 0 then
         redis.call('DEL', k.ledger, k.legacy)
         redis.call('ZREM', k.dindex, ARGV[24])
         stale = 1
@@ -388,7 +392,7 @@ local function commit(ARGV, counters)
 end
 local n, counters, out, commitArgs = tonumber(ARGV[1]), {}, {}, 32
 for i = 1, n do
-  k.rec, k.ledger, k.legacy = KEYS[14 + 3 * i], KEYS[15 + 3 * i], KEYS[16 + 3 * i]
+  k.rec, k.ledger, k.legacy, k.claim = KEYS[13 + 4 * i], KEYS[14 + 4 * i], KEYS[15 + 4 * i], KEYS[16 + 4 * i]
   local o = 1 + (i - 1) * commitArgs -- (one constructor: the table sized once)
   local as = {ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8],
     ARGV[o + 9], ARGV[o + 10], ARGV[o + 11], ARGV[o + 12], ARGV[o + 13], ARGV[o + 14], ARGV[o + 15], ARGV[o + 16],
@@ -528,7 +532,7 @@ func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 	if len(errText) > 300 {
 		errText = errText[:300]
 	}
-	keys := []string{k.record(o.EventID), k.Dead + o.EventID, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none")}
+	keys := []string{k.record(o.EventID), k.Dead + o.EventID, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none"), k.Replaying + o.EventID}
 	args := []any{o.EventID, o.Token, o.Kind, o.AttemptField, o.Attempt, o.LostField, o.Lost, o.Backoff.Milliseconds(), delivered,
 		string(fl), b.Failures, b.ProbeGap.Milliseconds(), b.MaxProbeGap.Milliseconds(), max(b.DisableAfter, 0).Milliseconds(), errText,
 		AdaptMargin, adaptFloor, adaptIncreasePerMs, o.AdaptReason, o.Latency.Milliseconds(), o.Dedup.Milliseconds(),

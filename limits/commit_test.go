@@ -614,3 +614,25 @@ func TestCommitGroupWritesTheBookkeepingOnce(t *testing.T) {
 		t.Fatalf("16 one by one: %v; want hincrby 47, zrem 48 (the control)", alone)
 	}
 }
+
+// A delivered outcome keeps the dead letter a replay has claimed, unmarked
+// yet: the replay marks it replayed once its task is enqueued, and this
+// delivery may be that task's, answered before the mark (the web test of
+// replays lost the replayed entry so, now and then). Unclaimed, the same
+// entry is stale and goes.
+func TestCommitKeepsADeadLetterAReplayClaimed(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	for _, claimed := range []bool{true, false} {
+		ev := fmt.Sprintf("e-%v", claimed)
+		tok := b.taken(t, ev)
+		b.rdb.Set(ctx, b.k.Dead+ev, `{"task_id":"s:`+ev+`"}`, 0)
+		b.rdb.HSet(ctx, b.k.Deliveries+ev, "le", 1)
+		if claimed {
+			b.rdb.Set(ctx, b.k.Replaying+ev, "a-replay's-token", time.Minute)
+		}
+		c := b.commit(t, ev, tok, limits.Outcome{Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(), Answered: true, TaskID: "s:" + ev})
+		if kept := b.rdb.Exists(ctx, b.k.Dead+ev).Val() == 1; kept != claimed || c.ClearedStale == claimed {
+			t.Errorf("claimed %v: the entry kept %v, cleared %v; want kept only when claimed", claimed, kept, c.ClearedStale)
+		}
+	}
+}

@@ -28,6 +28,7 @@ type GateKeys struct {
 	Log        string
 	Stats      string
 	Dead       string // prefix of the dead-letter ledger entries (+ event id)
+	Replaying  string // prefix of a ledger entry's replay claim (+ event id; tasks.LedgerKeys.Claim)
 	DeadIndex  string
 	DeadBatch  string
 	DeadSample string

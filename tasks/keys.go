@@ -151,6 +151,7 @@ func (ns Keys) Gates(id string) limits.GateKeys {
 		Log:        ns.sub(id, "log"),
 		Stats:      ns.Stats(id),
 		Dead:       ns.sub(id, "dead:"),
+		Replaying:  ns.sub(id, "replaying:"),
 		DeadIndex:  ns.DeadIndex(id),
 		DeadBatch:  ns.DeadBatch(id),
 		DeadSample: ns.DeadBatchSample(id),
