@@ -156,6 +156,9 @@ func (p *Producer) DeleteTenant(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if err := p.deleteTokens(ctx, name); err != nil {
+		return err
+	}
 	if err := tp.deleteAll(ctx); err != nil {
 		return err
 	}

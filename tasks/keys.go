@@ -305,6 +305,26 @@ func (ns Keys) TenantNames() string { return ns.dir("tenant-names") }
 // deleted, with everything it owns.
 func (ns Keys) Tenants() string { return ns.dir("tenants") }
 
+// Tokens is a hash: tenant token id → the token (producer.Token JSON,
+// without its secret). Slot {<ns>:subs}. Owner: producer. An entry lives
+// until the token is revoked or its tenant deleted.
+func (ns Keys) Tokens() string { return ns.dir("tokens") }
+
+// TokenDigests is a hash: the SHA-256 (hex) of a tenant token's secret →
+// its id: what a request's token is looked up by. Slot {<ns>:subs}.
+// Owner: producer (and web, which drops the entry of a revoked token the
+// next time its secret is presented).
+func (ns Keys) TokenDigests() string { return ns.dir("token-digests") }
+
+// TenantTokens is the set of tenant's token ids. Slot {<ns>:subs}. Owner:
+// producer. Lives while the tenant has a token.
+func (ns Keys) TenantTokens(tenant string) string { return ns.dir("tokens:" + tenant) }
+
+// TokensUsed is a hash: tenant token id → when it was last used (Unix ms,
+// recorded at most once a minute per web process). Slot {<ns>:subs}.
+// Owner: web. An entry goes with its token.
+func (ns Keys) TokensUsed() string { return ns.dir("tokens-used") }
+
 // MetricsIndex is a sorted set of the subscribers marked for per-subscriber
 // series in /metrics (Subscriber.Metrics), all with score 0 so that the
 // scrape reads the first N by id with one ZRANGEBYLEX. Slot {<ns>:subs}:

@@ -57,6 +57,8 @@ func toAPIError(err error) *APIError {
 		return apiErr(http.StatusNotFound, "unknown_tenant", "", "%v", err)
 	case errors.Is(err, producer.ErrTenantDeleting):
 		return apiErr(http.StatusConflict, "tenant_deleting", "", "%v", err)
+	case errors.Is(err, producer.ErrUnknownToken):
+		return apiErr(http.StatusNotFound, "unknown_token", "", "%v", err)
 	case errors.Is(err, producer.ErrUnknownSubscriber):
 		return apiErr(http.StatusNotFound, "unknown_subscriber", "", "%v", err)
 	case errors.Is(err, producer.ErrUnknownDeadLetter):

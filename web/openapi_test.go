@@ -284,6 +284,7 @@ var refusals = map[string]struct {
 	"DELETE /v1/dead-letters/{task_id}":                                       {404, "unknown_dead_letter"},
 	"POST /v1/tenants/{tenant}/subscribers/{id}/deliveries/{event_id}/resend": {409, "delivery_active"},
 	"DELETE /v1/tenants/{tenant}/dead-letters/{task_id}":                      {404, "unknown_dead_letter"},
+	"DELETE /v1/tenants/{tenant}/tokens/{token_id}":                           {404, "unknown_token"},
 }
 
 // Every documented operation, called with each of its request examples

@@ -27,6 +27,7 @@ type Server struct {
 	p       *producer.Producer // the operator's: every tenant's
 	def     *producer.Producer // the default tenant's: the routes without a tenant
 	tenants tenantCache
+	tokens  tokenCache
 	ingest  *ingestLimiter
 	gates   *limits.Gates // read only: every write goes through p
 	insp    *asynq.Inspector
@@ -61,6 +62,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.def, _ = s.p.Tenant(tasks.DefaultTenant) // a valid name: cannot fail
 	s.tenants.m = map[string]time.Time{}
+	s.tokens.m, s.tokens.touched = map[[32]byte]cachedToken{}, map[string]time.Time{}
 	s.gates = limits.NewGates(s.rdb)
 	s.ingest = newIngestLimiter(s)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
@@ -88,7 +90,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /metrics", guard(s.cfg.MetricsToken, "Bearer", s.metricsHandler()))
 	// The API's contract is open: it describes the API, and holds no data.
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
-	mux.Handle("/v1/", guard(s.cfg.Token, "Bearer", s.api()))
+	mux.Handle("/v1/", s.apiGuard(s.api()))
 	// Basic, so that a browser asks for the token as a password.
 	mux.Handle("/monitoring/", guard(s.cfg.Token, "Basic", s.mon))
 	mux.Handle("/monitoring", guard(s.cfg.Token, "Basic", http.RedirectHandler("/monitoring/", http.StatusFound)))

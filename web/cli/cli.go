@@ -20,7 +20,8 @@ import (
 )
 
 // Usage lists the operator commands.
-const Usage = `operator commands (over the API at $HOOKLANE_URL, default http://127.0.0.1:$PORT, with $HOOKLANE_API_TOKEN):
+const Usage = `operator commands (over the API at $HOOKLANE_URL, default http://127.0.0.1:$PORT, with $HOOKLANE_API_TOKEN;
+each may start with --tenant NAME: that tenant's subscribers, events and dead letters, not the default tenant's):
   hooklane publish -type T [-id ID] [-data JSON|@file] [-to SUBSCRIBER] [-not-before RFC3339|+DURATION]
   hooklane publish -file FILE|-   (events as POST /v1/events takes them, each with its id: a JSON array or one object per line; sent 100 a call)
   hooklane subscribers list
@@ -72,6 +73,13 @@ func RunIO(ctx context.Context, c *Client, args []string, stdin io.Reader, stdou
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
 		return enc.Encode(v)
+	}
+	if len(args) > 0 {
+		if _, name, ok := strings.Cut(args[0], "="); ok && (strings.HasPrefix(args[0], "--tenant=") || strings.HasPrefix(args[0], "-tenant=")) {
+			c.Tenant, args = name, args[1:]
+		} else if (args[0] == "--tenant" || args[0] == "-tenant") && len(args) > 1 {
+			c.Tenant, args = args[1], args[2:]
+		}
 	}
 	if len(args) == 0 {
 		return ErrUsage

@@ -23,6 +23,9 @@ type Client struct {
 	BaseURL string // e.g. http://127.0.0.1:8080
 	Token   string
 	HTTP    *http.Client
+	// Tenant, when set, sends every call to that tenant's routes
+	// (/v1/tenants/{tenant}/…) instead of the default tenant's.
+	Tenant string
 }
 
 // NewClient returns a Client with a 30s timeout per call.
@@ -40,6 +43,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 			return 0, err
 		}
 		rd = bytes.NewReader(b)
+	}
+	if rest, ok := strings.CutPrefix(path, "/v1/"); ok && c.Tenant != "" {
+		path = "/v1/tenants/" + url.PathEscape(c.Tenant) + "/" + rest
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
 	if err != nil {
