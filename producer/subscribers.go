@@ -56,8 +56,27 @@ func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (ta
 	s.ID = p.sid(s.ID) // stored under its tenant's name (Tenant)
 	var old tasks.Subscriber
 	var found bool
+	limit := 0
+	if p.tenant != "" && p.tenant != tasks.DefaultTenant {
+		t, ok, err := p.readTenant(ctx, p.rdb, p.tenant)
+		if err != nil {
+			return p.extSub(s), false, err
+		}
+		if ok {
+			limit = t.MaxSubscribers
+		}
+	}
 	version, err := p.updateSubscriber(ctx, s.ID, func(cur tasks.Subscriber, ok bool) (tasks.Subscriber, error) {
 		old, found = cur, ok
+		if !ok && limit > 0 {
+			n, err := p.rdb.ZLexCount(ctx, p.keys.SubscriberIDs(), "["+tasks.ScopedID(p.tenant, ""), "("+p.tenant+"0").Result()
+			if err != nil {
+				return s, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+			}
+			if n >= int64(limit) {
+				return s, fmt.Errorf("%w: tenant %s has %d subscribers, its max_subscribers", ErrTenantLimit, p.tenant, n)
+			}
+		}
 		if ok {
 			s.Gen = cur.Gen
 			if keep {

@@ -152,11 +152,11 @@ func other(n string) string {
 func TestDeleteTenantDeletesWhatItOwns(t *testing.T) {
 	b, ctx := setup(t), context.Background()
 	for _, n := range []string{"b", "a"} {
-		if _, created, err := b.p.PutTenant(ctx, n); err != nil || !created {
+		if _, created, err := b.p.PutTenant(ctx, n, producer.TenantSettings{}); err != nil || !created {
 			t.Fatalf("PutTenant(%s) = %v, %v", n, created, err)
 		}
 	}
-	if _, created, err := b.p.PutTenant(ctx, "a"); err != nil || created {
+	if _, created, err := b.p.PutTenant(ctx, "a", producer.TenantSettings{}); err != nil || created {
 		t.Fatalf("PutTenant(a) again = %v, %v; want it found", created, err)
 	}
 	list, next, err := b.p.Tenants(ctx, "", 10)
@@ -199,7 +199,7 @@ func TestDeleteTenantDeletesWhatItOwns(t *testing.T) {
 		t.Errorf("DeleteTenant(default): %v; want it refused", err)
 	}
 	// a again: its old event id is free
-	if _, _, err := b.p.PutTenant(ctx, "a"); err != nil {
+	if _, _, err := b.p.PutTenant(ctx, "a", producer.TenantSettings{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ps["a"].PutSubscriber(ctx, tasks.Subscriber{ID: "s1", URL: "http://127.0.0.1:9/a2"}); err != nil {

@@ -16,24 +16,62 @@ import (
 type TenantInfo struct {
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+	TenantSettings
 	// Deleting: a DeleteTenant is under way (or was cut off: deleting
 	// again finishes it); the tenant is unknown to its routes meanwhile.
 	Deleting bool `json:"deleting,omitempty"`
 }
 
-// PutTenant registers tenant name (created true), or leaves one that is
-// registered as it is. The default tenant always is.
-func (p *Producer) PutTenant(ctx context.Context, name string) (TenantInfo, bool, error) {
+// TenantSettings are a tenant's limits, the operator's to set (zero: no
+// limit of the tenant's own).
+type TenantSettings struct {
+	// IngestRate and IngestBurst are the events a second its publishes
+	// may carry, whatever token makes them, beside each token's own
+	// limit (a publish past it is answered 429 with Retry-After); a burst
+	// left 0 is the rate.
+	IngestRate  int `json:"ingest_rate,omitempty"`
+	IngestBurst int `json:"ingest_burst,omitempty"`
+	// MaxSubscribers caps its subscribers: a creation past it is refused
+	// (ErrTenantLimit). Checked as a subscriber is created: two created
+	// at the same moment may pass it by one.
+	MaxSubscribers int `json:"max_subscribers,omitempty"`
+}
+
+// ErrTenantLimit: a call that a tenant's settings refuse (its
+// subscribers at MaxSubscribers). Nothing was written.
+var ErrTenantLimit = errors.New("tenant limit")
+
+func (s TenantSettings) validate() error {
+	switch {
+	case s.IngestRate < 0 || s.IngestRate > 1_000_000:
+		return &tasks.FieldError{Field: "ingest_rate", Msg: "want 0 (no limit of its own) to 1000000 events a second"}
+	case s.IngestBurst < 0 || s.IngestBurst > 1_000_000 || s.IngestBurst > 0 && s.IngestRate == 0:
+		return &tasks.FieldError{Field: "ingest_burst", Msg: "want 0 (the rate) to 1000000, with an ingest_rate"}
+	case s.MaxSubscribers < 0 || s.MaxSubscribers > 10_000_000:
+		return &tasks.FieldError{Field: "max_subscribers", Msg: "want 0 (no limit) to 10000000"}
+	}
+	return nil
+}
+
+// PutTenant registers tenant name with settings (created true), or sets
+// the settings of one registered. The default tenant always is, and has
+// no settings of its own.
+func (p *Producer) PutTenant(ctx context.Context, name string, settings TenantSettings) (TenantInfo, bool, error) {
 	if err := tasks.ValidateTenant(name); err != nil {
 		return TenantInfo{}, false, err
 	}
+	if err := settings.validate(); err != nil {
+		return TenantInfo{}, false, err
+	}
 	if name == tasks.DefaultTenant {
+		if settings != (TenantSettings{}) {
+			return TenantInfo{}, false, &tasks.FieldError{Field: "tenant", Msg: "the default tenant has no settings of its own"}
+		}
 		return TenantInfo{Name: name}, false, nil
 	}
-	t := TenantInfo{Name: name, CreatedAt: p.nowFunc().UTC().Truncate(time.Millisecond)}
-	b, _ := json.Marshal(t) // plain data: cannot fail
+	t := TenantInfo{Name: name, CreatedAt: p.nowFunc().UTC().Truncate(time.Millisecond), TenantSettings: settings}
 	var created bool
-	err := p.rdb.Watch(ctx, func(tx *redis.Tx) error {
+	txf := func(tx *redis.Tx) error {
 		cur, ok, err := p.readTenant(ctx, tx, name)
 		if err != nil {
 			return err
@@ -42,18 +80,24 @@ func (p *Producer) PutTenant(ctx context.Context, name string) (TenantInfo, bool
 			if cur.Deleting {
 				return fmt.Errorf("%w: tenant %s; delete it again to finish, then create it", ErrTenantDeleting, name)
 			}
-			t = cur
-			return nil
+			t.CreatedAt = cur.CreatedAt
 		}
+		b, _ := json.Marshal(t) // plain data: cannot fail
 		_, err = tx.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 			pl.HSet(ctx, p.keys.Tenants(), name, b)
 			pl.ZAdd(ctx, p.keys.TenantNames(), redis.Z{Member: name})
 			return nil
 		})
-		created = err == nil
+		created = err == nil && !ok
 		return err
-	}, p.keys.Tenants())
-	if err != nil && !errors.Is(err, ErrTenantDeleting) {
+	}
+	var err error
+	for range 20 { // another tenant's change meanwhile: again
+		if err = p.rdb.Watch(ctx, txf, p.keys.Tenants()); !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
+	}
+	if err != nil && !errors.Is(err, ErrTenantDeleting) && !errors.Is(err, ErrRedisUnavailable) {
 		err = fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	return t, created, err

@@ -527,6 +527,13 @@ func (ns Keys) IngestLimiterKey(tokenHash string) string {
 	return string(ns) + ":{" + string(ns) + ":ingest:" + tokenHash + "}"
 }
 
+// TenantIngestLimiterKey is IngestLimiterKey for the publish limit of a
+// tenant (its setting), whatever token publishes for it. Slot
+// {<ns>:ingest-tenant:<tenant>}. Owner: web. Lives as IngestLimiterKey.
+func (ns Keys) TenantIngestLimiterKey(tenant string) string {
+	return string(ns) + ":{" + string(ns) + ":ingest-tenant:" + tenant + "}"
+}
+
 // ReplicationMark is a Pub/Sub channel, not a key: the producer publishes
 // an empty message on it just before a WAIT (producer.Config.WaitReplicas),
 // as the write that WAIT counts replicas for. Nothing is stored and no one

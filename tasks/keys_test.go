@@ -57,7 +57,7 @@ var slotGroups = map[string]string{
 	"Ready":       "ready", "Claimed": "ready", "Rescuer": "ready", "RescuerCursor": "ready",
 	"Totals": "totals", "TotalsFlushes": "totals", "Counters": "totals",
 	"AsynqTask":    "queue",
-	"AllDeadIndex": "own", "LegacyCounters": "own", "Cooling": "own", "DeadReportsDue": "own", "Layout": "own", "IngestLimiterKey": "own",
+	"AllDeadIndex": "own", "LegacyCounters": "own", "Cooling": "own", "DeadReportsDue": "own", "Layout": "own", "IngestLimiterKey": "own", "TenantIngestLimiterKey": "own",
 	"DeliveryQueue": "-", "ShardQueue": "-", "LegacyQueue": "-", "QueueLane": "-", "OwnsQueue": "-", "QueueRegion": "-",
 	"ReplicationMark": "-",
 }

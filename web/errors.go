@@ -55,6 +55,8 @@ func toAPIError(err error) *APIError {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "", "%v", err)
 	case errors.Is(err, producer.ErrUnknownTenant):
 		return apiErr(http.StatusNotFound, "unknown_tenant", "", "%v", err)
+	case errors.Is(err, producer.ErrTenantLimit):
+		return apiErr(http.StatusConflict, "tenant_limit", "", "%v", err)
 	case errors.Is(err, producer.ErrTenantDeleting):
 		return apiErr(http.StatusConflict, "tenant_deleting", "", "%v", err)
 	case errors.Is(err, producer.ErrUnknownToken):

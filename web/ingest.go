@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -42,9 +43,32 @@ func (il *ingestLimiter) allowN(ctx context.Context, r *http.Request, n int) err
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "events",
 			"%d events are over this token's ingest burst of %d (HOOKLANE_INGEST_BURST): send at most %d per call", n, il.limit.Burst, il.limit.Burst)
 	}
+	keys := tasks.Keys(il.s.cfg.Namespace)
+	// The tenant's own limit first, then the token's: one refuses writing
+	// nothing (redis_rate), but a publish the token's refuses has spent its
+	// events of the tenant's, so the tenant may get fewer than its rate,
+	// never more.
+	if name, t := tenantSettings(r); t.IngestRate > 0 {
+		limit := redis_rate.Limit{Rate: t.IngestRate, Burst: cmp.Or(t.IngestBurst, t.IngestRate), Period: time.Second}
+		if n > limit.Burst {
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "events",
+				"%d events are over tenant %s's ingest burst of %d: send at most %d per call", n, name, limit.Burst, limit.Burst)
+		}
+		res, err := il.l.AllowN(ctx, keys.TenantIngestLimiterKey(name), limit, n)
+		if err != nil {
+			return fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err)
+		}
+		if res.Allowed == 0 {
+			ae := apiErr(http.StatusTooManyRequests, "rate_limited", "",
+				"more than %d events per second (burst %d) published for tenant %s; retry after %s",
+				limit.Rate, limit.Burst, name, tasks.DurationWords(res.RetryAfter.Round(time.Millisecond)))
+			ae.RetryAfter = res.RetryAfter
+			return ae
+		}
+	}
 	tok, _ := presented(r)
 	sum := sha256.Sum256([]byte(tok))
-	key := tasks.Keys(il.s.cfg.Namespace).IngestLimiterKey(hex.EncodeToString(sum[:8]))
+	key := keys.IngestLimiterKey(hex.EncodeToString(sum[:8]))
 	res, err := il.l.AllowN(ctx, key, il.limit, n)
 	if err != nil {
 		return fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err)

@@ -61,7 +61,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.def, _ = s.p.Tenant(tasks.DefaultTenant) // a valid name: cannot fail
-	s.tenants.m = map[string]time.Time{}
+	s.tenants.m = map[string]cachedTenant{}
 	s.tokens.m, s.tokens.touched = map[[32]byte]cachedToken{}, map[string]time.Time{}
 	s.gates = limits.NewGates(s.rdb)
 	s.ingest = newIngestLimiter(s)

@@ -20,14 +20,26 @@ import (
 // (producer.Producer.Tenant). A tenant's routes answer a tenant that is
 // not registered (or is being deleted) 404 unknown_tenant.
 
+// TenantRequest is the body of PUT /v1/tenants/{tenant}: its settings,
+// each left out (or 0) for no limit of the tenant's own. A PUT replaces
+// them all.
+type TenantRequest struct {
+	IngestRate     int `json:"ingest_rate,omitempty"`
+	IngestBurst    int `json:"ingest_burst,omitempty"`
+	MaxSubscribers int `json:"max_subscribers,omitempty"`
+}
+
 // Tenant is a tenant as the API shows it.
 type Tenant struct {
-	Name      string     `json:"name"`
-	CreatedAt *time.Time `json:"created_at,omitempty"` // none for the default tenant
+	Name           string     `json:"name"`
+	CreatedAt      *time.Time `json:"created_at,omitempty"` // none for the default tenant
+	IngestRate     int        `json:"ingest_rate,omitempty"`
+	IngestBurst    int        `json:"ingest_burst,omitempty"`
+	MaxSubscribers int        `json:"max_subscribers,omitempty"`
 }
 
 func tenantOf(t producer.TenantInfo) Tenant {
-	out := Tenant{Name: t.Name}
+	out := Tenant{Name: t.Name, IngestRate: t.IngestRate, IngestBurst: t.IngestBurst, MaxSubscribers: t.MaxSubscribers}
 	if !t.CreatedAt.IsZero() {
 		c := t.CreatedAt
 		out.CreatedAt = &c
@@ -41,16 +53,31 @@ type TenantList struct {
 	NextCursor string   `json:"next_cursor,omitempty"`
 }
 
-// tenantKey is the request context's key of the tenant's Producer.
+// tenantKey is the request context's key of its route's tenant.
 type tenantKey struct{}
+
+// routeTenant is a tenant route's tenant: its Producer and its record.
+type routeTenant struct {
+	p    *producer.Producer
+	info producer.TenantInfo
+}
 
 // prod is the Producer a request's route is for: its tenant's, or the
 // default tenant's on the routes without one.
 func (s *Server) prod(r *http.Request) *producer.Producer {
-	if p, ok := r.Context().Value(tenantKey{}).(*producer.Producer); ok {
-		return p
+	if t, ok := r.Context().Value(tenantKey{}).(routeTenant); ok {
+		return t.p
 	}
 	return s.def
+}
+
+// tenantSettings are the settings of a request's tenant (none on the
+// routes without one: the default tenant has none of its own).
+func tenantSettings(r *http.Request) (string, producer.TenantSettings) {
+	if t, ok := r.Context().Value(tenantKey{}).(routeTenant); ok {
+		return t.info.Name, t.info.TenantSettings
+	}
+	return "", producer.TenantSettings{}
 }
 
 // tenantRoutes are routes served again under /v1/tenants/{tenant}/, for
@@ -65,11 +92,11 @@ func tenantRoutes(routes []apiRoute) []apiRoute {
 		}
 		serve := rt.serve
 		out = append(out, apiRoute{method + " /v1/tenants/{tenant}/" + rest, func(s *Server, w http.ResponseWriter, r *http.Request) error {
-			p, err := s.tenants.producer(r.Context(), s.p, r.PathValue("tenant"))
+			t, err := s.tenants.producer(r.Context(), s.p, r.PathValue("tenant"))
 			if err != nil {
 				return err
 			}
-			return serve(s, w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, p)))
+			return serve(s, w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, t)))
 		}})
 	}
 	return out
@@ -80,33 +107,41 @@ func tenantRoutes(routes []apiRoute) []apiRoute {
 // deleted is refused by every web process within a second.
 type tenantCache struct {
 	mu sync.Mutex
-	m  map[string]time.Time // name → when it was found registered
+	m  map[string]cachedTenant
 }
 
-func (c *tenantCache) producer(ctx context.Context, p *producer.Producer, name string) (*producer.Producer, error) {
+type cachedTenant struct {
+	info producer.TenantInfo
+	at   time.Time // when it was found registered
+}
+
+// producer is tenant name's, with its record, or 404 unknown_tenant.
+func (c *tenantCache) producer(ctx context.Context, p *producer.Producer, name string) (routeTenant, error) {
 	if tasks.ValidateTenant(name) != nil {
-		return nil, apiErr(http.StatusNotFound, "unknown_tenant", "", "no tenant %q", name)
+		return routeTenant{}, apiErr(http.StatusNotFound, "unknown_tenant", "", "no tenant %q", name)
 	}
 	c.mu.Lock()
-	at, ok := c.m[name]
+	e, ok := c.m[name]
 	c.mu.Unlock()
-	if !ok || time.Since(at) > time.Second {
+	if !ok || time.Since(e.at) > time.Second {
 		t, err := p.GetTenant(ctx, name)
 		if errors.Is(err, producer.ErrUnknownTenant) || err == nil && t.Deleting {
 			c.forget(name)
-			return nil, apiErr(http.StatusNotFound, "unknown_tenant", "", "no tenant %q", name)
+			return routeTenant{}, apiErr(http.StatusNotFound, "unknown_tenant", "", "no tenant %q", name)
 		}
 		if err != nil {
-			return nil, err
+			return routeTenant{}, err
 		}
+		e = cachedTenant{info: t, at: time.Now()}
 		c.mu.Lock()
 		if len(c.m) > 10_000 {
 			clear(c.m)
 		}
-		c.m[name] = time.Now()
+		c.m[name] = e
 		c.mu.Unlock()
 	}
-	return p.Tenant(name)
+	tp, err := p.Tenant(name)
+	return routeTenant{p: tp, info: e.info}, err
 }
 
 func (c *tenantCache) forget(name string) {
@@ -118,13 +153,16 @@ func (c *tenantCache) forget(name string) {
 // putTenant serves PUT /v1/tenants/{tenant}: registers it (201), or finds
 // it registered (200).
 func (s *Server) putTenant(w http.ResponseWriter, r *http.Request) error {
-	if r.ContentLength != 0 { // a body, if any, is {}: a tenant has no settings yet
-		var req struct{}
+	var req TenantRequest
+	if r.ContentLength != 0 { // no body: no settings
 		if err := decode(w, r, 1<<10, &req); err != nil {
 			return err
 		}
 	}
-	t, created, err := s.p.PutTenant(r.Context(), r.PathValue("tenant"))
+	name := r.PathValue("tenant")
+	s.tenants.forget(name) // its new settings, here at once
+	t, created, err := s.p.PutTenant(r.Context(), name, producer.TenantSettings{IngestRate: req.IngestRate,
+		IngestBurst: req.IngestBurst, MaxSubscribers: req.MaxSubscribers})
 	if err != nil {
 		return err
 	}

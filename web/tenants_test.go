@@ -1,6 +1,9 @@
 package web_test
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // Issue 34, requirement 1, through the API: tenants a and b registered,
 // each with subscriber s1 and event evt_1 of its own; each tenant's routes
@@ -77,10 +80,54 @@ func TestTenantRoutesShowTheirOwn(t *testing.T) {
 	if r := b.call(t, "DELETE", "/v1/tenants/default", nil); r.status != 422 {
 		t.Errorf("DELETE /v1/tenants/default: %d %s; want 422", r.status, r.body)
 	}
-	if r := b.callRaw(t, "PUT", "/v1/tenants/c", map[string]any{"max_subscribers": 3}, bearer); r.status != 400 && r.status != 422 {
+	if r := b.callRaw(t, "PUT", "/v1/tenants/c", map[string]any{"max_things": 3}, bearer); r.status != 400 && r.status != 422 {
 		t.Errorf("PUT /v1/tenants/c with a setting it does not have: %d %s; want it refused", r.status, r.body)
 	}
 	if r := b.call(t, "GET", "/v1/tenants/c", nil); r.status != 404 {
 		t.Errorf("a refused PUT wrote tenant c: %d %s", r.status, r.body)
+	}
+}
+
+// Issue 34, requirement 4 (in part): a tenant's settings. max_subscribers
+// refuses a creation past it (409 tenant_limit, nothing written), not a
+// replace; ingest_rate answers a publish past it 429 with Retry-After,
+// whatever token publishes, beside the token's own limit.
+func TestTenantSettings(t *testing.T) {
+	b := setup(t, nil)
+	r := b.call(t, "PUT", "/v1/tenants/a", map[string]any{"max_subscribers": 1, "ingest_rate": 1})
+	if r.status != 201 || r.json(t)["max_subscribers"] != float64(1) {
+		t.Fatalf("PUT /v1/tenants/a with settings: %d %s", r.status, r.body)
+	}
+	if r := b.call(t, "PUT", "/v1/tenants/a/subscribers/s1", map[string]any{"url": "http://127.0.0.1:9/a"}); r.status != 201 {
+		t.Fatal(r.status)
+	}
+	r = b.call(t, "PUT", "/v1/tenants/a/subscribers/s2", map[string]any{"url": "http://127.0.0.1:9/a"})
+	if code, _ := r.errorOf(t); r.status != 409 || code != "tenant_limit" {
+		t.Errorf("a second subscriber past max_subscribers 1: %d %s; want 409 tenant_limit", r.status, r.body)
+	}
+	if r := b.call(t, "GET", "/v1/tenants/a/subscribers/s2", nil); r.status != 404 {
+		t.Errorf("the refused subscriber was written: %d", r.status)
+	}
+	if r := b.call(t, "PUT", "/v1/tenants/a/subscribers/s1", map[string]any{"url": "http://127.0.0.1:9/a2"}); r.status != 200 {
+		t.Errorf("replacing s1 at max_subscribers: %d %s; want 200", r.status, r.body)
+	}
+	limited := 0
+	for i := range 5 {
+		r := b.call(t, "POST", "/v1/tenants/a/events", map[string]any{"id": fmt.Sprintf("e%d", i), "type": "t", "data": map[string]any{}})
+		if r.status == 429 {
+			limited++
+			if code, _ := r.errorOf(t); code != "rate_limited" || r.header.Get("Retry-After") == "" {
+				t.Errorf("a publish past ingest_rate: %d %s %v; want 429 rate_limited with Retry-After", r.status, r.body, r.header)
+			}
+		}
+	}
+	if limited < 2 {
+		t.Errorf("%d of 5 publishes at once refused at ingest_rate 1 (burst 1); want at least 2", limited)
+	}
+	if r := b.call(t, "PUT", "/v1/tenants/a", nil); r.status != 200 || r.json(t)["max_subscribers"] != nil {
+		t.Errorf("a PUT without settings: %d %s; want them all gone", r.status, r.body)
+	}
+	if r := b.call(t, "PUT", "/v1/tenants/a/subscribers/s2", map[string]any{"url": "http://127.0.0.1:9/a"}); r.status != 201 {
+		t.Errorf("s2 once max_subscribers is gone: %d %s", r.status, r.body)
 	}
 }

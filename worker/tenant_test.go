@@ -32,7 +32,7 @@ func TestTenantsDeliverTheirOwnEvents(t *testing.T) {
 				w.WriteHeader(http.StatusInternalServerError)
 			}
 		})
-		if _, _, err := b.p.PutTenant(ctx, n); err != nil {
+		if _, _, err := b.p.PutTenant(ctx, n, producer.TenantSettings{}); err != nil {
 			t.Fatal(err)
 		}
 		p, err := b.p.Tenant(n)
