@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 )
 
@@ -55,25 +57,61 @@ type DeadSample struct {
 // one subscriber.
 const deadReportEvery = time.Minute
 
-// operatorEvent publishes one operator event; a failure is logged (the
-// breaker's state and the counters keep the truth) and returned.
-func (h *handler) operatorEvent(ctx context.Context, typ, id string, data any) error {
-	b, _ := json.Marshal(data)
-	ev := tasks.Event{ID: id, Type: typ, Data: b, Timestamp: time.Now().UTC().Truncate(time.Second)}
-	res, err := h.prod.PublishOperatorEvent(ctx, ev)
-	if err != nil {
-		h.log.Error("could not publish an operator event", "type", typ, "event_id", id, "err", err)
-		return err
+// operatorEvent publishes one operator event of type typ about
+// subscriber sub (its stored id) that reports what began at: to the
+// operator's subscribers of that type, and, for a tenant's subscriber, to
+// that tenant's too (an operational webhook of its own, signed with its
+// own secret), each naming the subscriber by the id it knows it by
+// (data(id): the operator's, "<tenant>/<id>"; the tenant's, its id). A
+// failure is logged (the breaker's state and the counters keep the truth)
+// and returned, the rest published still; publishing again is one event
+// (its id derives from what it reports).
+func (h *handler) operatorEvent(ctx context.Context, typ, sub string, at time.Time, data func(subID string) any) error {
+	var errs []error
+	for i, a := range h.audiences(sub) {
+		id := operatorEventID(typ, a.shown, at)
+		b, _ := json.Marshal(data(a.shown))
+		ev := tasks.Event{ID: id, Type: typ, Data: b, Timestamp: time.Now().UTC().Truncate(time.Second)}
+		res, err := a.p.PublishOperatorEvent(ctx, ev)
+		if err != nil {
+			h.log.Error("could not publish an operator event", "type", typ, "event_id", id, "tenant", a.p.TenantName(), "err", err)
+			errs = append(errs, err)
+			continue
+		}
+		if i == 0 {
+			h.totals.count("ops:"+typ, 1) // with the next flush, once
+		}
+		h.log.Info("operator event published", "type", typ, "event_id", id, "tenant", a.p.TenantName(), "targets", len(res.Targets))
 	}
-	h.totals.count("ops:"+typ, 1) // with the next flush, once
-	h.log.Info("operator event published", "type", typ, "event_id", id, "targets", len(res.Targets))
-	return nil
+	return errors.Join(errs...)
+}
+
+// audience is who an operator event goes to: a producer, and the id it
+// knows the subscriber by.
+type audience struct {
+	p     *producer.Producer
+	shown string
+}
+
+// audiences are the operator (every subscriber, by its stored id) and,
+// for a tenant's subscriber, its tenant (by its own id).
+func (h *handler) audiences(sub string) []audience {
+	out := []audience{{h.prod, sub}}
+	if t, id := tasks.SplitScoped(sub); t != tasks.DefaultTenant {
+		if tp, err := h.prod.Tenant(t); err == nil {
+			out = append(out, audience{tp, id})
+		}
+	}
+	return out
 }
 
 // operatorEventID names the operator event of type typ about sub that
 // reports what began at: the same report sent twice is one event. Event
-// ids are at most 128 characters; the end, which tells them apart, is kept.
+// ids are at most 128 characters; the end, which tells them apart, is kept;
+// a tenant's subscriber's stored id "<tenant>/<id>" is written
+// "<tenant>~<id>" (an event id holds no slash, a subscriber id no tilde).
 func operatorEventID(typ, sub string, at time.Time) string {
+	sub = strings.ReplaceAll(sub, "/", "~")
 	id := fmt.Sprintf("%s-%s-%d", strings.TrimPrefix(typ, tasks.OperatorPrefix), sub, at.UnixMilli())
 	if len(id) > 128 {
 		id = id[len(id)-128:]
@@ -84,9 +122,9 @@ func operatorEventID(typ, sub string, at time.Time) string {
 // breakerEvent reports a breaker change of sub as an operator event.
 func (h *handler) breakerEvent(ctx context.Context, typ, sub string, since, at time.Time, lastErr, reason string) {
 	// One of each per streak of failures: named by its start.
-	id := operatorEventID(typ, sub, since)
-	_ = h.operatorEvent(ctx, typ, id, FailingEvent{SubscriberID: sub, FailingSince: since.UTC(), LastError: lastErr,
-		At: at.UTC(), Reason: reason})
+	_ = h.operatorEvent(ctx, typ, sub, since, func(id string) any {
+		return FailingEvent{SubscriberID: id, FailingSince: since.UTC(), LastError: lastErr, At: at.UTC(), Reason: reason}
+	})
 }
 
 // KEYS: 1 dead batch, 2 sample. ARGV: 1 least ms between reports. Reply
@@ -194,8 +232,11 @@ func (h *handler) reportDead(ctx context.Context, sub string) (time.Time, error)
 		id, reason, _ := strings.Cut(s, " ")
 		ev.Sample = append(ev.Sample, DeadSample{EventID: id, Reason: reason})
 	}
-	id := operatorEventID(tasks.OperatorDead, sub, ev.Since)
-	if err := h.operatorEvent(ctx, tasks.OperatorDead, id, ev); err != nil {
+	if err := h.operatorEvent(ctx, tasks.OperatorDead, sub, ev.Since, func(id string) any {
+		e := ev
+		e.SubscriberID = id
+		return e
+	}); err != nil {
 		return time.Time{}, err
 	}
 	if err := deadAckScript.Run(ctx, h.rdb, keys, n, len(ev.Sample)).Err(); err != nil {
