@@ -69,7 +69,8 @@ func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (ta
 	version, err := p.updateSubscriber(ctx, s.ID, func(cur tasks.Subscriber, ok bool) (tasks.Subscriber, error) {
 		old, found = cur, ok
 		if !ok && limit > 0 {
-			n, err := p.rdb.ZLexCount(ctx, p.keys.SubscriberIDs(), "["+tasks.ScopedID(p.tenant, ""), "("+p.tenant+"0").Result()
+			lo, hi := tasks.ScopedRange(p.tenant)
+			n, err := p.rdb.ZLexCount(ctx, p.keys.SubscriberIDs(), lo, hi).Result()
 			if err != nil {
 				return s, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 			}
@@ -98,14 +99,11 @@ func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (ta
 			return p.extSub(s), false, err
 		}
 	}
-	stored, err := p.subscribers(ctx, []string{s.ID})
+	stored, err := p.storedByID(ctx, s.ID) // with its gate record (pause); deleted meanwhile: unknown
 	if err != nil {
 		return p.extSub(s), false, err
 	}
-	if len(stored) == 0 { // deleted meanwhile
-		return p.extSub(s), false, fmt.Errorf("%w: %s", ErrUnknownSubscriber, p.ext(s.ID))
-	}
-	return p.extSub(stored[0]), !found, nil
+	return p.extSub(stored), !found, nil
 }
 
 func newGen() string {
@@ -269,14 +267,7 @@ func (p *Producer) storedSubscriber(ctx context.Context, id string) (tasks.Subsc
 	if err := tasks.ValidateStoredSubscriberID(id); err != nil {
 		return tasks.Subscriber{}, err
 	}
-	subs, err := p.subscribers(ctx, []string{p.sid(id)})
-	if err != nil {
-		return tasks.Subscriber{}, err
-	}
-	if len(subs) == 0 {
-		return tasks.Subscriber{}, fmt.Errorf("%w: %s", ErrUnknownSubscriber, id)
-	}
-	return subs[0], nil
+	return p.storedByID(ctx, p.sid(id))
 }
 
 // subscribers reads the subscribers with these ids, with their gate
@@ -372,7 +363,7 @@ func (p *Producer) Subscribers(ctx context.Context, after string, limit int) ([]
 func (p *Producer) subscriberIDs(ctx context.Context, after string, limit int) ([]string, error) {
 	lo, hi := "-", "+"
 	if t := p.tenant; t != "" && t != tasks.DefaultTenant {
-		lo, hi = "["+tasks.ScopedID(t, ""), "("+t+"0" // "0" follows "/"
+		lo, hi = tasks.ScopedRange(t)
 	}
 	if after != "" {
 		lo = "(" + p.sid(after)
@@ -388,7 +379,8 @@ func (p *Producer) subscriberIDs(ctx context.Context, after string, limit int) (
 		for _, id := range page {
 			lo = "(" + id
 			if !p.owns(id) { // (the default tenant's Producer) another tenant's range: skipped whole
-				lo, skipped = "["+tasks.TenantOf(id)+"0", true
+				_, end := tasks.ScopedRange(tasks.TenantOf(id))
+				lo, skipped = "["+end[1:], true
 				break
 			}
 			ids = append(ids, id)

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
@@ -208,5 +211,49 @@ func TestDeleteTenantDeletesWhatItOwns(t *testing.T) {
 	res, err := ps["a"].Publish(ctx, tasks.Event{ID: "evt_1", Type: "t", Data: json.RawMessage(`{"n":"a2"}`)}, nil)
 	if err != nil || len(res.Targets) != 1 || res.Targets[0].Outcome != producer.Enqueued {
 		t.Fatalf("a's evt_1 published anew: %+v, %v", res, err)
+	}
+}
+
+// A revoked token leaves nothing behind: its record, its place in its
+// tenant's set and the entry its secret is looked up by all go, and the
+// secret is refused; so do a deleted tenant's.
+func TestRevokedTokenLeavesNothing(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	keys := tasks.Keys(b.ns)
+	if _, _, err := b.p.PutTenant(ctx, "a", producer.TenantSettings{}); err != nil {
+		t.Fatal(err)
+	}
+	tok, secret, err := b.p.CreateToken(ctx, "a", []string{producer.ScopeRead}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.p.LookupToken(ctx, secret); err != nil || got.ID != tok.ID {
+		t.Fatalf("LookupToken = %+v, %v", got, err)
+	}
+	if err := b.p.RevokeToken(ctx, "a", tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.HLen(ctx, keys.TokenDigests()).Val(); n != 0 { // before any lookup of the secret
+		t.Errorf("a revoked token leaves %d digest entries", n)
+	}
+	if _, err := b.p.LookupToken(ctx, secret); !errors.Is(err, producer.ErrUnknownToken) {
+		t.Errorf("a revoked token's secret: %v; want ErrUnknownToken", err)
+	}
+	_, second, err := b.p.CreateToken(ctx, "a", []string{producer.ScopeRead}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.p.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{keys.Tokens(), keys.TokenDigests(), keys.TenantTokens("a"), keys.TokensUsed()} {
+		if n := rdb.Exists(ctx, k).Val(); n != 0 {
+			t.Errorf("%s is left: %v", k, rdb.HGetAll(ctx, k).Val())
+		}
+	}
+	if _, err := b.p.LookupToken(ctx, second); !errors.Is(err, producer.ErrUnknownToken) {
+		t.Errorf("a deleted tenant's token: %v; want ErrUnknownToken", err)
 	}
 }

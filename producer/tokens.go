@@ -51,6 +51,13 @@ type Token struct {
 // Allows reports whether t has scope.
 func (t Token) Allows(scope string) bool { return slices.Contains(t.Scopes, scope) }
 
+// storedToken is a token as stored: with its secret's digest (the key of
+// its TokenDigests entry), so that revoking it deletes that entry too.
+type storedToken struct {
+	Token
+	Digest string `json:"digest"`
+}
+
 // tokenDigest is what a token's secret is stored as.
 func tokenDigest(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
@@ -89,10 +96,11 @@ func (p *Producer) CreateToken(ctx context.Context, tenant string, scopes []stri
 	secret := TokenPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
 	t := Token{ID: "tok_" + hex.EncodeToString(id[:]), Tenant: tenant, Scopes: sorted, CreatedAt: now,
 		ExpiresAt: expires.UTC().Truncate(time.Millisecond)}
-	b, _ := json.Marshal(t) // plain data: cannot fail
+	digest := tokenDigest(secret)
+	b, _ := json.Marshal(storedToken{t, digest}) // plain data: cannot fail
 	_, err := p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 		pl.HSet(ctx, p.keys.Tokens(), t.ID, b)
-		pl.HSet(ctx, p.keys.TokenDigests(), tokenDigest(secret), t.ID)
+		pl.HSet(ctx, p.keys.TokenDigests(), digest, t.ID)
 		pl.SAdd(ctx, p.keys.TenantTokens(tenant), t.ID)
 		return nil
 	})
@@ -124,16 +132,16 @@ func (p *Producer) Tokens(ctx context.Context, tenant string) ([]Token, error) {
 	vals, used := v.Val(), u.Val()
 	for i, v := range vals {
 		if t, ok := parseToken(v, used[i]); ok && t.Tenant == tenant {
-			out = append(out, t)
+			out = append(out, t.Token)
 		}
 	}
 	slices.SortFunc(out, func(a, b Token) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
 }
 
-func parseToken(v, used any) (Token, bool) {
+func parseToken(v, used any) (storedToken, bool) {
 	s, ok := v.(string)
-	var t Token
+	var t storedToken
 	if !ok || json.Unmarshal([]byte(s), &t) != nil {
 		return t, false
 	}
@@ -155,17 +163,18 @@ func (p *Producer) RevokeToken(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
-	if t, ok := parseToken(v, nil); !ok || t.Tenant != tenant {
+	t, ok := parseToken(v, nil)
+	if !ok || t.Tenant != tenant {
 		return fmt.Errorf("%w: %s", ErrUnknownToken, id)
 	}
-	return p.dropToken(ctx, tenant, id)
+	return p.dropToken(ctx, t)
 }
 
-// dropToken deletes token id of tenant and its digest's entry.
-func (p *Producer) dropToken(ctx context.Context, tenant, id string) error {
-	// The digest's entry cannot be named here (the secret is not kept):
-	// LookupToken refuses a digest whose id is gone, and drops the entry.
+// dropToken deletes stored token t and its digest's entry.
+func (p *Producer) dropToken(ctx context.Context, t storedToken) error {
+	id, tenant := t.ID, t.Tenant
 	_, err := p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+		pl.HDel(ctx, p.keys.TokenDigests(), t.Digest)
 		pl.HDel(ctx, p.keys.Tokens(), id)
 		pl.HDel(ctx, p.keys.TokensUsed(), id)
 		pl.SRem(ctx, p.keys.TenantTokens(tenant), id)
@@ -189,18 +198,17 @@ func (p *Producer) LookupToken(ctx context.Context, secret string) (Token, error
 		return Token{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	v, err := p.rdb.HGet(ctx, p.keys.Tokens(), id).Result()
-	if errors.Is(err, redis.Nil) { // revoked: its digest's entry goes too
-		_ = p.rdb.HDel(ctx, p.keys.TokenDigests(), digest).Err()
+	if errors.Is(err, redis.Nil) { // revoked between the two reads
 		return Token{}, ErrUnknownToken
 	}
 	if err != nil {
 		return Token{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	t, ok := parseToken(v, nil)
-	if !ok || !t.ExpiresAt.IsZero() && !p.nowFunc().Before(t.ExpiresAt) {
+	if !ok || t.Digest != digest || !t.ExpiresAt.IsZero() && !p.nowFunc().Before(t.ExpiresAt) {
 		return Token{}, ErrUnknownToken
 	}
-	return t, nil
+	return t.Token, nil
 }
 
 // TouchToken records that token id was used at at (its last_used_at).
@@ -215,7 +223,7 @@ func (p *Producer) deleteTokens(ctx context.Context, tenant string) error {
 		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	for _, id := range ids {
-		if err := p.dropToken(ctx, tenant, id); err != nil {
+		if err := p.RevokeToken(ctx, tenant, id); err != nil && !errors.Is(err, ErrUnknownToken) {
 			return err
 		}
 	}

@@ -306,14 +306,14 @@ func (ns Keys) TenantNames() string { return ns.dir("tenant-names") }
 func (ns Keys) Tenants() string { return ns.dir("tenants") }
 
 // Tokens is a hash: tenant token id → the token (producer.Token JSON,
-// without its secret). Slot {<ns>:subs}. Owner: producer. An entry lives
+// without its secret, with its secret's digest). Slot {<ns>:subs}. Owner: producer. An entry lives
 // until the token is revoked or its tenant deleted.
 func (ns Keys) Tokens() string { return ns.dir("tokens") }
 
 // TokenDigests is a hash: the SHA-256 (hex) of a tenant token's secret →
 // its id: what a request's token is looked up by. Slot {<ns>:subs}.
-// Owner: producer (and web, which drops the entry of a revoked token the
-// next time its secret is presented).
+// Owner: producer. An entry goes with its token (whose record keeps the
+// digest).
 func (ns Keys) TokenDigests() string { return ns.dir("token-digests") }
 
 // TenantTokens is the set of tenant's token ids. Slot {<ns>:subs}. Owner:

@@ -54,6 +54,14 @@ func TenantOf(stored string) string {
 	return t
 }
 
+// ScopedRange is the ZRANGEBYLEX range (min, max) of tenant's stored
+// subscriber ids in a sorted set of every one: "<tenant>/" up to, not
+// including, "<tenant>0" ("0" follows "/"). Not for the default tenant,
+// whose ids are the ones without a slash.
+func ScopedRange(tenant string) (lo, hi string) {
+	return "[" + tenant + tenantSep, "(" + tenant + "0"
+}
+
 // scopedEvent is the name event id of tenant is stored under.
 func scopedEvent(tenant, id string) string { return ScopedID(tenant, id) }
 

@@ -36,40 +36,54 @@ func (il *ingestLimiter) allow(ctx context.Context, r *http.Request) error {
 	return il.allowN(ctx, r, 1)
 }
 
-// allowN takes n events (a batch) at once, all or none; a batch larger
-// than the burst could never pass and is refused as such (422).
+// allowN takes n events (a batch) at once, all or none, from the token's
+// limit and, on a tenant's routes, from the tenant's own (its setting); a
+// batch larger than a burst could never pass and is refused as such (422).
+// The tenant's limit is taken first: a refusal writes nothing
+// (redis_rate), but a publish the token's limit refuses has spent its
+// events of the tenant's, so the tenant may get fewer than its rate,
+// never more.
 func (il *ingestLimiter) allowN(ctx context.Context, r *http.Request, n int) error {
-	if n > il.limit.Burst {
-		return apiErr(http.StatusUnprocessableEntity, "invalid", "events",
-			"%d events are over this token's ingest burst of %d (HOOKLANE_INGEST_BURST): send at most %d per call", n, il.limit.Burst, il.limit.Burst)
-	}
 	keys := tasks.Keys(il.s.cfg.Namespace)
-	// The tenant's own limit first, then the token's: one refuses writing
-	// nothing (redis_rate), but a publish the token's refuses has spent its
-	// events of the tenant's, so the tenant may get fewer than its rate,
-	// never more.
-	if name, t := tenantSettings(r); t.IngestRate > 0 {
-		limit := redis_rate.Limit{Rate: t.IngestRate, Burst: cmp.Or(t.IngestBurst, t.IngestRate), Period: time.Second}
-		if n > limit.Burst {
-			return apiErr(http.StatusUnprocessableEntity, "invalid", "events",
-				"%d events are over tenant %s's ingest burst of %d: send at most %d per call", n, name, limit.Burst, limit.Burst)
-		}
-		res, err := il.l.AllowN(ctx, keys.TenantIngestLimiterKey(name), limit, n)
-		if err != nil {
-			return fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err)
-		}
-		if res.Allowed == 0 {
-			ae := apiErr(http.StatusTooManyRequests, "rate_limited", "",
-				"more than %d events per second (burst %d) published for tenant %s; retry after %s",
-				limit.Rate, limit.Burst, name, tasks.DurationWords(res.RetryAfter.Round(time.Millisecond)))
-			ae.RetryAfter = res.RetryAfter
-			return ae
-		}
-	}
 	tok, _ := presented(r)
 	sum := sha256.Sum256([]byte(tok))
-	key := keys.IngestLimiterKey(hex.EncodeToString(sum[:8]))
-	res, err := il.l.AllowN(ctx, key, il.limit, n)
+	token := ingestBucket{key: keys.IngestLimiterKey(hex.EncodeToString(sum[:8])), limit: il.limit,
+		burst: "this token's ingest burst", burstHint: " (HOOKLANE_INGEST_BURST)", by: "with this token"}
+	if n > token.limit.Burst { // a batch refused on its size writes nothing
+		return token.tooBig(n)
+	}
+	if name, t := tenantSettings(r); t.IngestRate > 0 {
+		tenant := ingestBucket{key: keys.TenantIngestLimiterKey(name),
+			limit: redis_rate.Limit{Rate: t.IngestRate, Burst: cmp.Or(t.IngestBurst, t.IngestRate), Period: time.Second},
+			burst: "tenant " + name + "'s ingest burst", by: "for tenant " + name}
+		if n > tenant.limit.Burst {
+			return tenant.tooBig(n)
+		}
+		if err := il.take(ctx, tenant, n); err != nil {
+			return err
+		}
+	}
+	return il.take(ctx, token, n)
+}
+
+// ingestBucket is one limit a publish is taken from, and how its refusals
+// name it.
+type ingestBucket struct {
+	key              string
+	limit            redis_rate.Limit
+	burst, burstHint string // "this token's ingest burst", " (HOOKLANE_INGEST_BURST)"
+	by               string // "with this token"
+}
+
+func (b ingestBucket) tooBig(n int) error {
+	return apiErr(http.StatusUnprocessableEntity, "invalid", "events",
+		"%d events are over %s of %d%s: send at most %d per call", n, b.burst, b.limit.Burst, b.burstHint, b.limit.Burst)
+}
+
+// take takes n events from b, or returns the 429 to answer (or a 503 when
+// Redis does not answer).
+func (il *ingestLimiter) take(ctx context.Context, b ingestBucket, n int) error {
+	res, err := il.l.AllowN(ctx, b.key, b.limit, n)
 	if err != nil {
 		return fmt.Errorf("%w: %v", producer.ErrRedisUnavailable, err)
 	}
@@ -77,8 +91,8 @@ func (il *ingestLimiter) allowN(ctx context.Context, r *http.Request, n int) err
 		return nil
 	}
 	ae := apiErr(http.StatusTooManyRequests, "rate_limited", "",
-		"more than %d events per second (burst %d) published with this token; retry after %s",
-		il.limit.Rate, il.limit.Burst, tasks.DurationWords(res.RetryAfter.Round(time.Millisecond)))
+		"more than %d events per second (burst %d) published %s; retry after %s",
+		b.limit.Rate, b.limit.Burst, b.by, tasks.DurationWords(res.RetryAfter.Round(time.Millisecond)))
 	ae.RetryAfter = res.RetryAfter
 	return ae
 }

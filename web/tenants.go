@@ -53,6 +53,12 @@ type TenantList struct {
 	NextCursor string   `json:"next_cursor,omitempty"`
 }
 
+// unknownTenant is what a tenant route answers for a tenant that is not
+// registered, and a tenant token on a route that is not its own.
+func unknownTenant(name string) error {
+	return apiErr(http.StatusNotFound, "unknown_tenant", "", "no tenant %q", name)
+}
+
 // tenantKey is the request context's key of its route's tenant.
 type tenantKey struct{}
 
@@ -118,7 +124,7 @@ type cachedTenant struct {
 // producer is tenant name's, with its record, or 404 unknown_tenant.
 func (c *tenantCache) producer(ctx context.Context, p *producer.Producer, name string) (routeTenant, error) {
 	if tasks.ValidateTenant(name) != nil {
-		return routeTenant{}, apiErr(http.StatusNotFound, "unknown_tenant", "", "no tenant %q", name)
+		return routeTenant{}, unknownTenant(name)
 	}
 	c.mu.Lock()
 	e, ok := c.m[name]
@@ -127,7 +133,7 @@ func (c *tenantCache) producer(ctx context.Context, p *producer.Producer, name s
 		t, err := p.GetTenant(ctx, name)
 		if errors.Is(err, producer.ErrUnknownTenant) || err == nil && t.Deleting {
 			c.forget(name)
-			return routeTenant{}, apiErr(http.StatusNotFound, "unknown_tenant", "", "no tenant %q", name)
+			return routeTenant{}, unknownTenant(name)
 		}
 		if err != nil {
 			return routeTenant{}, err
@@ -150,8 +156,8 @@ func (c *tenantCache) forget(name string) {
 	delete(c.m, name)
 }
 
-// putTenant serves PUT /v1/tenants/{tenant}: registers it (201), or finds
-// it registered (200).
+// putTenant serves PUT /v1/tenants/{tenant}: registers it with its
+// settings (201), or sets the settings of one registered (200).
 func (s *Server) putTenant(w http.ResponseWriter, r *http.Request) error {
 	var req TenantRequest
 	if r.ContentLength != 0 { // no body: no settings

@@ -33,10 +33,9 @@ type tokenCache struct {
 }
 
 type cachedToken struct {
-	t   producer.Token
-	ok  bool // a live token; false: none (cached too, so that a wrong secret costs one lookup a second)
-	err error
-	at  time.Time
+	t  producer.Token
+	ok bool // a live token; false: none (cached too, so that a wrong secret costs one lookup a second)
+	at time.Time
 }
 
 func (c *tokenCache) lookup(ctx context.Context, p *producer.Producer, secret string) (producer.Token, bool, error) {
@@ -106,16 +105,13 @@ func (s *Server) apiGuard(api http.Handler) http.Handler {
 // route its scopes do not allow 403.
 func (s *Server) tenantRequest(r *http.Request, t producer.Token) error {
 	path := r.URL.Path
-	unknown := func(name string) error {
-		return apiErr(http.StatusNotFound, "unknown_tenant", "", "no tenant %q", name)
-	}
 	if rest, ok := strings.CutPrefix(path, "/v1/tenants/"); ok {
 		name, sub, _ := strings.Cut(rest, "/")
-		if name != t.Tenant || sub == "" || sub == "tokens" || strings.HasPrefix(sub, "tokens/") || sub == "portal" {
-			return unknown(name)
+		if name != t.Tenant || sub == "" || sub == "tokens" || strings.HasPrefix(sub, "tokens/") {
+			return unknownTenant(name)
 		}
 	} else if path == "/v1/tenants" {
-		return unknown("")
+		return unknownTenant("")
 	} else if rest, ok := strings.CutPrefix(path, "/v1/"); ok && rest != "openapi.json" {
 		r.URL.Path = "/v1/tenants/" + t.Tenant + "/" + rest
 		r.URL.RawPath = ""
