@@ -66,7 +66,9 @@ type Outcome struct {
 	Limit                                    Limit         // the subscriber's: the effective rate's unit
 	Latency                                  time.Duration // the answer's, for the in-flight pace (0: none)
 	Dedup                                    time.Duration // how long an ended record is kept at least
-	// CoolUntil is an OutcomeThrottled run's Retry-After deadline: the
+	// CoolUntil is an OutcomeFailed 429's cooldown (the backoff, as
+	// recorded: the delivery is due as it ends), or an OutcomeThrottled
+	// run's Retry-After deadline: the
 	// delivery is parked until then at least, whatever the cooldown key
 	// says. CoolLost: the run could not record that cooldown (Cooldown
 	// failed), so Commit writes it, as Cooldown would have, for the
@@ -308,7 +310,11 @@ local function commit(ARGV, counters)
     redis.call('SREM', k.retry, ev)
     redis.call('HDEL', k.rec, 'tk', 'nx')
   elseif kind == 'failed' then
+    -- a 429 without a usable Retry-After cooled the destination for the
+    -- backoff (its deadline, ARGV[28]): due when that ends, not a few ms
+    -- after it, which the commit's own clock would give
     local at = now + tonumber(ARGV[8])
+    if tonumber(ARGV[28]) > 0 then at = tonumber(ARGV[28]) end
     park(k, ev, 'retrying', at, x)
     set('nx', at)
     soon(at)

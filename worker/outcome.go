@@ -130,6 +130,7 @@ func (h *handler) failure(r *run, resp response) outcome {
 			h.log.Error("could not record cooldown", "subscriber_id", r.sub, "err", err)
 		} else {
 			h.totals.cooling(r.sub, until)
+			o.CoolUntil = until // the delivery is due as the cooldown ends
 		}
 	}
 	h.log.Info("delivery failed, will retry", "subscriber_id", r.sub, "event_id", r.event, "reason", what, "retry_in", after)
