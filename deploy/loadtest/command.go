@@ -23,7 +23,7 @@ func Command(ctx context.Context, args []string, exe string, stdout, stderr io.W
 	fs.SetOutput(stderr)
 	var (
 		c          Config
-		scenarios  = fs.String("scenarios", "viral,spike,throughput,limited,trickle", "scenarios to run, comma-separated, in order")
+		scenarios  = fs.String("scenarios", strings.Join(DefaultScenarios, ","), "scenarios to run, comma-separated, in order")
 		inProcess  = fs.Bool("in-process", false, "run workers and the floor inside this process instead of as subprocesses (no RSS figures)")
 		serveFloor = fs.Bool("serve-floor", false, "internal: serve the floor on -floor-queue until stopped")
 		floorQueue = fs.String("floor-queue", "", "internal: the floor's queue")

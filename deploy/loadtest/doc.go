@@ -2,7 +2,8 @@
 // hosts many subscriber endpoints on 127.0.0.1, an open-loop event
 // generator, the scenarios of issue 4 (viral burst, spike ladder,
 // throughput against a plain-asynq floor), a trickle of single events
-// against the same floor, and the report and chart of a run.
+// against the same floor, two tenants (one busy, one small) published
+// together, and the report and chart of a run.
 //
 // It tests the system the way seed 000 asks, "like an adversary": the
 // receiver enforces its own rate limits, answers 429 with Retry-After and

@@ -28,6 +28,7 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 	}
 	out := t.TempDir()
 	trickle := TrickleSpec{Subscribers: 20, Sweeps: 3, Rate: 100}
+	tenants := TenantsSpec{BigSubscribers: 20, BigEvents: 5, SmallEvents: 5, Window: time.Second}
 	cfg := Config{
 		Out: out,
 		// The rate-enforcing endpoints enforce 0.8 of the registered rate
@@ -43,6 +44,7 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		// TestAdaptiveRateLearnsAReceiverFiveTimesSlower).
 		Limited: &LimitedSpec{Events: 12, Rate: 10, Below: 5, RetryAfter: 3 * time.Second},
 		Trickle: &trickle,
+		Tenants: &tenants,
 		// Short backoff so the down CRM and the flaky endpoint settle in
 		// seconds; the limits and Retry-After handling are the real ones.
 		Worker:  worker.Config{BackoffBase: 200 * time.Millisecond, BackoffMax: 2 * time.Second},
@@ -58,8 +60,8 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		Slack: 50 * time.Millisecond,
 	}
 	rep := runLogged(t, 3*time.Minute, cfg)
-	if len(rep.Scenarios) != 5 {
-		t.Fatalf("%d scenario reports, want 5", len(rep.Scenarios))
+	if len(rep.Scenarios) != len(DefaultScenarios) {
+		t.Fatalf("%d scenario reports, want %d", len(rep.Scenarios), len(DefaultScenarios))
 	}
 	for _, r := range rep.Scenarios {
 		// A limit violation excused by a stall, a stall across a
@@ -114,6 +116,7 @@ func TestSmallRunKeepsInvariants(t *testing.T) {
 		t.Errorf("limited: %+v; want its 429s a minute reported", l)
 	}
 	checkTrickle(t, scenario(t, rep, ScenarioTrickle), trickle)
+	checkTenants(t, scenario(t, rep, ScenarioTenants), tenants)
 	for _, f := range []string{"report.json", "summary.txt"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Error(err)

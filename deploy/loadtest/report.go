@@ -74,6 +74,7 @@ type ScenarioReport struct {
 	Steps                 []Step           `json:"steps,omitempty"`
 	Throughput            *Throughput      `json:"throughput,omitempty"`
 	Trickle               *Trickle         `json:"trickle,omitempty"`
+	Tenants               *Tenants         `json:"tenants,omitempty"`
 	Queue                 []QueueSample    `json:"queue_backlog,omitempty"`
 	Chart                 string           `json:"chart,omitempty"`
 	Notes                 []string         `json:"notes,omitempty"`
@@ -212,9 +213,9 @@ func (e *env) collect(ctx context.Context, r *ScenarioReport, queue string, subs
 	seconds := int(end.Sub(start).Seconds()) + 2
 	var lastSettle time.Time
 	for _, s := range subs {
-		o := buildOutcome(led.For(s.ID), e.recv.Arrivals(s.ID), dead[s.ID])
+		o := buildOutcome(led.For(s.ID), e.recv.Arrivals(s.ID), dead[s.stored()])
 		outs[s.ID] = o
-		counters, err := worker.ReadStats(ctx, e.rdb, queue, s.ID)
+		counters, err := worker.ReadStats(ctx, e.rdb, queue, s.stored())
 		if err != nil {
 			return nil, err
 		}

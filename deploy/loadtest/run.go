@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
@@ -28,15 +29,20 @@ const (
 	ScenarioThroughput = "throughput"
 	ScenarioLimited    = "limited"
 	ScenarioTrickle    = "trickle"
+	ScenarioTenants    = "tenants"
 )
+
+// DefaultScenarios are every scenario, in the order a run without
+// Config.Scenarios (make bench) runs them.
+var DefaultScenarios = []string{ScenarioViral, ScenarioSpike, ScenarioThroughput, ScenarioLimited, ScenarioTrickle, ScenarioTenants}
 
 // Config configures a run. Zero fields take the defaults named.
 type Config struct {
 	// Out is the folder for report.json, summary.txt, the charts and the
 	// subprocesses' logs. Default ".hooklane/bench".
 	Out string
-	// Scenarios to run, in this order. Default viral, spike, throughput,
-	// limited, trickle.
+	// Scenarios to run, in this order. Default DefaultScenarios: viral,
+	// spike, throughput, limited, trickle, tenants.
 	Scenarios []string
 	// Scale multiplies event counts and the spike ladder's rates. Default 1.
 	Scale float64
@@ -88,13 +94,14 @@ type Config struct {
 	MaxLag time.Duration
 	// Timeout caps each scenario's wait for its queue to settle. Default 10m.
 	Timeout time.Duration
-	// Viral, Spike, Throughput, Limited and Trickle override the
+	// Viral, Spike, Throughput, Limited, Trickle and Tenants override the
 	// scenarios' sizes.
 	Viral      *ViralSpec
 	Spike      *SpikeSpec
 	Throughput *ThroughputSpec
 	Limited    *LimitedSpec
 	Trickle    *TrickleSpec
+	Tenants    *TenantsSpec
 	// ViralExtras adds a flaky and a gone subscriber to the viral burst.
 	ViralExtras bool
 	// Command is recorded in the report: how to repeat the run.
@@ -107,7 +114,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.Out = cmp.Or(c.Out, ".hooklane/bench")
 	if len(c.Scenarios) == 0 {
-		c.Scenarios = []string{ScenarioViral, ScenarioSpike, ScenarioThroughput, ScenarioLimited, ScenarioTrickle}
+		c.Scenarios = slices.Clone(DefaultScenarios)
 	}
 	c.Scale = cmp.Or(c.Scale, 1)
 	c.Hold = cmp.Or(c.Hold, 30*time.Second)
@@ -135,8 +142,8 @@ func (c Config) WithDefaults() Config {
 
 func (c Config) validate() error {
 	for _, s := range c.Scenarios {
-		if !slices.Contains([]string{ScenarioViral, ScenarioSpike, ScenarioThroughput, ScenarioLimited, ScenarioTrickle}, s) {
-			return fmt.Errorf("loadtest: Scenarios: unknown scenario %q (want viral, spike, throughput, limited, trickle)", s)
+		if !slices.Contains(DefaultScenarios, s) {
+			return fmt.Errorf("loadtest: Scenarios: unknown scenario %q (want %s)", s, strings.Join(DefaultScenarios, ", "))
 		}
 	}
 	switch {
@@ -236,6 +243,8 @@ func Run(ctx context.Context, cfg Config, summary io.Writer) (*Report, error) {
 			err = e.runLimited(ctx, r)
 		case ScenarioTrickle:
 			err = e.runTrickle(ctx, r)
+		case ScenarioTenants:
+			err = e.runTenants(ctx, r)
 		}
 		if err != nil {
 			return rep, fmt.Errorf("scenario %s: %w", name, err)
@@ -340,7 +349,7 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 	}
 	if e.cfg.ExternalWorkers {
 		for _, s := range subs {
-			_ = p.DeleteSubscriber(ctx, s.ID) // the deployment keeps no bench subscribers
+			_ = p.DeleteSubscriber(ctx, s.stored()) // the deployment keeps no bench subscribers
 		}
 	}
 	r.finish(ms(e.cfg.MaxLag))

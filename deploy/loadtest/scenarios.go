@@ -25,7 +25,14 @@ type subSpec struct {
 	MaxAttempts  int
 	RetryHorizon time.Duration
 	Fast         bool // a well-behaved subscriber whose latency is compared
+	// Tenant is the tenant it is registered with (the tenants scenario);
+	// "": the default tenant. ID is the tenant's id for it.
+	Tenant string
 }
+
+// stored is the id hooklane stores the subscriber under, which its
+// counters and dead letters are named by (tasks.ScopedID).
+func (s subSpec) stored() string { return tasks.ScopedID(s.Tenant, s.ID) }
 
 func (s subSpec) behaviour() string {
 	e := s.Endpoint.withDefaults()
@@ -71,7 +78,8 @@ func (s subSpec) minDrain(n int) float64 {
 	return s.Endpoint.DownFor.Seconds() + math.Max(0, float64(n-s.Limit.Burst))/s.capacity()
 }
 
-// register starts the subscriber's endpoint and puts the subscriber.
+// register starts the subscriber's endpoint and puts the subscriber
+// with p, its tenant's producer (Producer.Tenant) when s.Tenant is set.
 func (e *env) register(ctx context.Context, p *producer.Producer, s subSpec) error {
 	sec, err := tasks.NewSecret()
 	if err != nil {

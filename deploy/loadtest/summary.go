@@ -81,6 +81,9 @@ func (r *ScenarioReport) summary(w io.Writer) {
 	if t := r.Trickle; t != nil {
 		t.summary(w)
 	}
+	if t := r.Tenants; t != nil {
+		t.summary(w)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "   note: %s\n", n)
 	}

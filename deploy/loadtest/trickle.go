@@ -67,14 +67,14 @@ func trickleType(i int) string { return fmt.Sprintf("bench.trickle.%04d", i) }
 func trickleSubs(n int) []subSpec {
 	subs := make([]subSpec, n)
 	for i := range subs {
-		subs[i] = trickleSub(fmt.Sprintf("trickle-%04d", i), trickleType(i), "fast, high limit, one event at a time")
+		subs[i] = fastSub(fmt.Sprintf("trickle-%04d", i), trickleType(i), "fast, high limit, one event at a time")
 	}
 	return subs
 }
 
-// trickleSub is a fast subscriber of one event type with limits far above
+// fastSub is a fast subscriber of one event type with limits far above
 // the traffic, as the throughput scenario's.
-func trickleSub(id, typ, role string) subSpec {
+func fastSub(id, typ, role string) subSpec {
 	return subSpec{ID: id, Role: role, EventTypes: []string{typ}, Endpoint: Endpoint{Kind: Fast},
 		Limit: limits.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}, MaxInFlight: 1000}
 }
@@ -130,7 +130,7 @@ func (e *env) runTrickle(ctx context.Context, r *ScenarioReport) error {
 	}
 	// The warm-up subscriber is not measured: its events are left out of
 	// the rounds' figures and of collect.
-	if err := e.register(ctx, p, trickleSub(trickleWarmID, trickleWarmType, "warm-up")); err != nil {
+	if err := e.register(ctx, p, fastSub(trickleWarmID, trickleWarmType, "warm-up")); err != nil {
 		return err
 	}
 	led := newLedger()
