@@ -41,31 +41,38 @@ func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (ta
 	keep := len(s.Secrets) == 0
 	// Validate before touching Redis: a refused call writes nothing and
 	// says why even while Redis is down.
-	s, err := s.WithDefaults()
+	probe, err := s.WithDefaults()
 	if err != nil {
+		return probe, false, err
+	}
+	probe.Retiring = pruneRetiring(probe.Retiring, p.nowFunc())
+	if err := probe.Validate(); err != nil {
+		return probe, false, err
+	}
+	if err := tasks.ValidateURLAddress(s.URL, p.cfg.AllowedCIDRs); err != nil {
+		return probe, false, err
+	}
+	// The tenant's defaults, then the subscriber's, then the tenant's caps.
+	t, err := p.tenantSettings(ctx)
+	if err != nil {
+		return probe, false, err
+	}
+	left := func() (int, error) { return p.inFlightLeft(ctx, t.MaxInFlight, p.sid(s.ID)) }
+	if s, err = t.fill(s, left); err != nil {
+		return probe, false, err
+	}
+	if s, err = s.WithDefaults(); err != nil {
 		return s, false, err
 	}
 	s.Retiring = pruneRetiring(s.Retiring, p.nowFunc())
-	if err := s.Validate(); err != nil {
-		return s, false, err
-	}
-	if err := tasks.ValidateURLAddress(s.URL, p.cfg.AllowedCIDRs); err != nil {
+	if err := t.check(p.writeTenant(), s, left); err != nil {
 		return s, false, err
 	}
 	pause := s.Paused
 	s.ID = p.sid(s.ID) // stored under its tenant's name (Tenant)
 	var old tasks.Subscriber
 	var found bool
-	limit := 0
-	if p.tenant != "" && p.tenant != tasks.DefaultTenant {
-		t, ok, err := p.readTenant(ctx, p.rdb, p.tenant)
-		if err != nil {
-			return p.extSub(s), false, err
-		}
-		if ok {
-			limit = t.MaxSubscribers
-		}
-	}
+	limit := t.MaxSubscribers
 	version, err := p.updateSubscriber(ctx, s.ID, func(cur tasks.Subscriber, ok bool) (tasks.Subscriber, error) {
 		old, found = cur, ok
 		if !ok && limit > 0 {

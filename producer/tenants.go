@@ -35,6 +35,21 @@ type TenantSettings struct {
 	// (ErrTenantLimit). Checked as a subscriber is created: two created
 	// at the same moment may pass it by one.
 	MaxSubscribers int `json:"max_subscribers,omitempty"`
+	// MaxRate caps an endpoint's rate limit, in requests a second; an
+	// endpoint saved without a limit gets the lesser of the default limit
+	// and this.
+	MaxRate int `json:"max_rate,omitempty"`
+	// MaxInFlight caps the deliveries in flight across all its
+	// subscribers: the sum of their max_in_flight may not pass it (a
+	// budget the endpoints split, so no moment can pass it either). An
+	// endpoint saved without one gets the lesser of the default and what
+	// is left. Checked as a subscriber is saved, like MaxSubscribers.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+	// MaxAttempts and RetryHorizon are its default retry policy: what a
+	// subscriber saved without its own gets (tasks.Subscriber's fields of
+	// the same names; a subscriber keeps what it was saved with).
+	MaxAttempts  int            `json:"max_attempts,omitempty"`
+	RetryHorizon tasks.Duration `json:"retry_horizon,omitzero"`
 }
 
 // ErrTenantLimit: a call that a tenant's settings refuse (its
@@ -49,6 +64,14 @@ func (s TenantSettings) validate() error {
 		return &tasks.FieldError{Field: "ingest_burst", Msg: "want 0 (the rate) to 1000000, with an ingest_rate"}
 	case s.MaxSubscribers < 0 || s.MaxSubscribers > 10_000_000:
 		return &tasks.FieldError{Field: "max_subscribers", Msg: "want 0 (no limit) to 10000000"}
+	case s.MaxRate < 0 || s.MaxRate > 1_000_000:
+		return &tasks.FieldError{Field: "max_rate", Msg: "want 0 (no cap) to 1000000 requests a second"}
+	case s.MaxInFlight < 0 || s.MaxInFlight > 10_000_000:
+		return &tasks.FieldError{Field: "max_in_flight", Msg: "want 0 (no cap) to 10000000"}
+	case s.MaxAttempts < 0 || s.MaxAttempts > 100:
+		return &tasks.FieldError{Field: "max_attempts", Msg: "want 0 (the producer's default) or 1-100"}
+	case s.RetryHorizon < 0 || s.RetryHorizon > 0 && time.Duration(s.RetryHorizon) < time.Second || time.Duration(s.RetryHorizon) > 30*24*time.Hour:
+		return &tasks.FieldError{Field: "retry_horizon", Msg: "want 0s (the producer's default) or 1s up to 720h"}
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -89,11 +88,9 @@ func (p *Producer) CreateToken(ctx context.Context, tenant string, scopes []stri
 	if _, err := p.GetTenant(ctx, tenant); err != nil {
 		return Token{}, "", err
 	}
-	var raw [32]byte
 	var id [8]byte
-	_, _ = rand.Read(raw[:])
 	_, _ = rand.Read(id[:])
-	secret := TokenPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
+	secret := TokenPrefix + randomSecret()
 	t := Token{ID: "tok_" + hex.EncodeToString(id[:]), Tenant: tenant, Scopes: sorted, CreatedAt: now,
 		ExpiresAt: expires.UTC().Truncate(time.Millisecond)}
 	digest := tokenDigest(secret)

@@ -325,6 +325,24 @@ func (ns Keys) TenantTokens(tenant string) string { return ns.dir("tokens:" + te
 // Owner: web. An entry goes with its token.
 func (ns Keys) TokensUsed() string { return ns.dir("tokens-used") }
 
+// TenantFlow counts a tenant's deliveries booked by publishes in the
+// current second (a counter that expires a second after its first
+// increment), which decides whether its next ones may take the fresh lane
+// (producer.Config.TenantFreshRate). Slot {<ns>:subs}: the publish's
+// match script adds to it. Owner: producer. Lives a second.
+func (ns Keys) TenantFlow(tenant string) string { return ns.dir("tenant-flow:" + tenant) }
+
+// PortalLink is a portal link's grant: the SHA-256 (hex) of its secret →
+// "<tenant> <expiry, Unix ms>", expiring with it. Slot {<ns>:subs}. Owner:
+// producer (CreatePortalLink writes it, RedeemPortalLink deletes it: a
+// link opens one session).
+func (ns Keys) PortalLink(digest string) string { return ns.dir("portal-link:" + digest) }
+
+// PortalSession is a portal session: the SHA-256 (hex) of its cookie's
+// secret → "<tenant> <expiry, Unix ms>", expiring with it (its link's
+// expiry). Slot {<ns>:subs}. Owner: producer.
+func (ns Keys) PortalSession(digest string) string { return ns.dir("portal-session:" + digest) }
+
 // MetricsIndex is a sorted set of the subscribers marked for per-subscriber
 // series in /metrics (Subscriber.Metrics), all with score 0 so that the
 // scrape reads the first N by id with one ZRANGEBYLEX. Slot {<ns>:subs}:

@@ -43,6 +43,7 @@ var apiRoutes = func(rs []apiRoute) []apiRoute { return append(rs, tenantRoutes(
 	{"POST /v1/events", (*Server).publish},
 	{"POST /v1/events/batch", (*Server).publishBatch},
 	{"GET /v1/events/{id}", (*Server).getEvent},
+	{"POST /v1/portal", (*Server).createPortal},
 	{"GET /v1/dead-letters", (*Server).listDeadLetters},
 	{"POST /v1/dead-letters/replay", (*Server).replay},
 	{"DELETE /v1/dead-letters/{task_id}", (*Server).deleteDeadLetter},

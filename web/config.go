@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hooklane/hooklane/deploy"
@@ -77,6 +79,13 @@ type Config struct {
 	// MaxRegions (HOOKLANE_MAX_REGIONS) is how many regions subscribers may
 	// name, the default one included (producer.Config.MaxRegions). Default 8.
 	MaxRegions int
+	// PublicURL (HOOKLANE_PUBLIC_URL) is the origin portal links are made
+	// with, such as https://hooks.example.com. Default: the request's.
+	PublicURL string
+	// PortalFrameAncestors (HOOKLANE_PORTAL_FRAME_ANCESTORS) are the
+	// pages that may frame the portal (CSP frame-ancestors sources,
+	// space-separated, such as https://app.example.com). Default: none.
+	PortalFrameAncestors string
 	// MaxBodyBytes caps a request body. Default 1 MiB: an event's data may
 	// be 256 KiB, and more once JSON-escaped.
 	MaxBodyBytes int64
@@ -136,6 +145,14 @@ func (c Config) validate() error {
 	case c.MaxBodyBytes < 64<<10:
 		return errors.New("web: MaxBodyBytes must be at least 64 KiB")
 	}
+	if u, err := url.Parse(c.PublicURL); c.PublicURL != "" && (err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Path != "" && u.Path != "/" || u.RawQuery != "") {
+		return fmt.Errorf("web: PublicURL (HOOKLANE_PUBLIC_URL) %q: want an origin such as https://hooks.example.com", c.PublicURL)
+	}
+	for _, src := range strings.Fields(c.PortalFrameAncestors) {
+		if strings.ContainsAny(src, ";,\"'") && src != "'self'" {
+			return fmt.Errorf("web: PortalFrameAncestors (HOOKLANE_PORTAL_FRAME_ANCESTORS): %q is not a source such as https://app.example.com or 'self'", src)
+		}
+	}
 	return nil
 }
 
@@ -163,7 +180,9 @@ func FromEnv() (Config, error) {
 		RedisConfig:  rc,
 		Namespace:    os.Getenv("HOOKLANE_NAMESPACE"),
 		// Anything but "true" keeps the UI read-only.
-		MonitorWrites: os.Getenv("HOOKLANE_MONITOR_WRITES") == "true",
+		MonitorWrites:        os.Getenv("HOOKLANE_MONITOR_WRITES") == "true",
+		PublicURL:            os.Getenv("HOOKLANE_PUBLIC_URL"),
+		PortalFrameAncestors: os.Getenv("HOOKLANE_PORTAL_FRAME_ANCESTORS"),
 	}
 	if port := os.Getenv("PORT"); c.Addr == "" && port != "" {
 		c.Addr = ":" + port

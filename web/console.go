@@ -31,7 +31,7 @@ var consoleFiles embed.FS
 // plugins, no framing (clickjacking of the action buttons), and forms post
 // only back to the console.
 const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
-	"form-action 'self'; base-uri 'none'; object-src 'none'; frame-ancestors 'none'"
+	"form-action 'self'; base-uri 'none'; object-src 'none'; frame-ancestors "
 
 // console holds the parsed pages and the key of the forms' tokens.
 type console struct {
@@ -50,11 +50,16 @@ func newConsole(s *Server) (*console, error) {
 	c := &console{s: s, log: s.cfg.Logger, forms: newFormKey(s.cfg.Token), now: time.Now}
 	funcs := template.FuncMap{
 		// A form's token is bound to the path the server will see, unescaped.
-		"csrf": func(action string) string {
+		"csrf": func(f formRef) string {
+			action := f.Action
 			if p, err := url.PathUnescape(action); err == nil {
 				action = p
 			}
-			return c.forms.token(action, c.now())
+			return c.forms.token(f.Session, action, c.now())
+		},
+		// form names a form of page: its action, and the session (if any) its token is bound to.
+		"form": func(page interface{ formSession() string }, action string) formRef {
+			return formRef{Session: page.formSession(), Action: action}
 		},
 		"subPath":      subscriberPath,
 		"deliveryPath": deliveryPath,
@@ -112,6 +117,7 @@ func (c *console) handler() http.Handler {
 	post("/console/subscribers/{id}/edit", c.editSubscriber)
 	post("/console/subscribers/{id}/delete", c.deleteSubscriber)
 	post("/console/subscribers/{id}/deliveries/{event_id}/resend", c.resend)
+	post("/console/signout", c.signOut)
 	mux.Handle("/console/", c.page(func(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusNotFound, "not_found", "", "no console page %s %s", r.Method, r.URL.Path)
 	}))
@@ -120,12 +126,20 @@ func (c *console) handler() http.Handler {
 
 // consoleHeaders sets the security headers on every console answer, the
 // token's 401 and the static files included.
-func consoleHeaders(next http.Handler) http.Handler {
+// The portal (a portal link, a page with a portal session's cookie) may
+// be framed by the pages Config.PortalFrameAncestors names; the operator's
+// console never is.
+func (s *Server) consoleHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", consoleCSP)
+		ancestors := "'none'"
+		if _, err := r.Cookie(portalCookie); (err == nil || strings.HasPrefix(r.URL.Path, "/portal/")) && s.cfg.PortalFrameAncestors != "" {
+			ancestors = s.cfg.PortalFrameAncestors
+		} else {
+			h.Set("X-Frame-Options", "DENY")
+		}
+		h.Set("Content-Security-Policy", consoleCSP+ancestors)
 		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
 		// Same-origin: the form check can read a Referer from the console,
 		// and no other site learns the ids in the console's URLs.
 		h.Set("Referrer-Policy", "same-origin")
@@ -153,7 +167,17 @@ type base struct {
 	// Refresh is the seconds after which the page reloads itself (0:
 	// never): it shows a delivery under way (refreshFor).
 	Refresh int
+	// Portal is the tenant of a portal session ("": the operator's
+	// console); FormSession the session's digest, which its forms'
+	// tokens are bound to (console.scoped).
+	Portal      string
+	FormSession string
 }
+
+func (b base) formSession() string { return b.FormSession }
+
+// formRef is a form's token's input: its action and its session.
+type formRef struct{ Session, Action string }
 
 // render executes page into a buffer first, so that a template error is a
 // clean 500 instead of half a page.
@@ -188,7 +212,7 @@ func (c *console) renderError(w http.ResponseWriter, r *http.Request, err error)
 	if ae.RetryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfterSeconds(ae.RetryAfter))
 	}
-	p := errorPage{base: base{Title: http.StatusText(ae.Status)}, Status: ae.Status, Code: ae.Code, Message: ae.Message}
+	p := errorPage{base: c.scoped(r, base{Title: http.StatusText(ae.Status)}), Status: ae.Status, Code: ae.Code, Message: ae.Message}
 	if ref, err := url.Parse(r.Referer()); err == nil && ref.Host == r.Host && strings.HasPrefix(ref.Path, "/console/") {
 		p.Back = ref.RequestURI()
 	}

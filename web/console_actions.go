@@ -19,7 +19,7 @@ import (
 func (c *console) setPaused(paused bool) pageHandler {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		id := r.PathValue("id")
-		if err := c.s.def.SetPaused(r.Context(), id, paused); err != nil {
+		if err := c.prod(r).SetPaused(r.Context(), id, paused); err != nil {
 			return err
 		}
 		done := "resumed"
@@ -37,7 +37,7 @@ func (c *console) sendTest(w http.ResponseWriter, r *http.Request) error {
 	if err := c.s.ingest.allow(r.Context(), r); err != nil {
 		return err
 	}
-	res, err := c.s.sendPing(r.Context(), c.s.def, id)
+	res, err := c.s.sendPing(r.Context(), c.prod(r), id)
 	if err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func (c *console) sendTest(w http.ResponseWriter, r *http.Request) error {
 // POST /v1/subscribers/{id}/cooldown/end does.
 func (c *console) endCooldown(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	ended, err := c.s.def.EndCooldown(r.Context(), id)
+	ended, err := c.prod(r).EndCooldown(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (c *console) resend(w http.ResponseWriter, r *http.Request) error {
 	if err := c.s.ingest.allow(r.Context(), r); err != nil {
 		return err
 	}
-	t, err := c.s.def.Resend(r.Context(), sub, ev)
+	t, err := c.prod(r).Resend(r.Context(), sub, ev)
 	if err != nil {
 		return err
 	}
@@ -98,12 +98,12 @@ func (c *console) rotate(w http.ResponseWriter, r *http.Request) error {
 		}
 		grace = d
 	}
-	sub, secret, err := c.s.def.RotateSecret(r.Context(), r.PathValue("id"), grace)
+	sub, secret, err := c.prod(r).RotateSecret(r.Context(), r.PathValue("id"), grace)
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	return c.render(w, http.StatusOK, "rotated.html", rotatedPage{base: base{Title: "New secret for " + sub.ID},
+	return c.render(w, http.StatusOK, "rotated.html", rotatedPage{base: c.scoped(r, base{Title: "New secret for " + sub.ID}),
 		Sub: view(sub), Secret: secret, Grace: grace})
 }
 
@@ -128,19 +128,19 @@ type replayedView struct {
 // one named by task_id) and shows what happened to each.
 func (c *console) replay(w http.ResponseWriter, r *http.Request) error {
 	ctx, id := r.Context(), r.PathValue("id")
-	if _, err := c.s.def.GetSubscriber(ctx, id); err != nil {
+	if _, err := c.prod(r).GetSubscriber(ctx, id); err != nil {
 		return err
 	}
 	q := producer.DeadLetterQuery{Subscriber: id, Limit: replayBatch, Cursor: r.PostForm.Get("cursor")}
 	if one := r.PostForm.Get("task_id"); one != "" {
 		q.IDs, q.Cursor = []string{one}, ""
 	}
-	out, next, err := c.s.def.Replay(ctx, q)
+	out, next, err := c.prod(r).Replay(ctx, q)
 	if err != nil && len(out) == 0 && (errors.Is(err, producer.ErrRedisUnavailable) || errors.Is(err, producer.ErrBadCursor)) {
 		return err
 	}
 	// Other errors are the entries that failed, each in its outcome.
-	p := replayedPage{base: base{Title: "Replayed dead letters of " + id}, SubscriberID: id, Next: next,
+	p := replayedPage{base: c.scoped(r, base{Title: "Replayed dead letters of " + id}), SubscriberID: id, Next: next,
 		Action: subscriberPath(id) + "/replay"}
 	for _, o := range out {
 		_, ev, _ := tasks.SplitTaskID(o.TaskID)

@@ -99,7 +99,7 @@ func lastStatus(as []tasks.Attempt) int {
 // page of dead letters, across subscribers.
 func (c *console) allDeliveries(w http.ResponseWriter, r *http.Request) error {
 	ctx, q := r.Context(), r.URL.Query()
-	p := allDeliveriesPage{base: base{Title: "Deliveries"}, States: tasks.States, State: q.Get("state"),
+	p := allDeliveriesPage{base: c.scoped(r, base{Title: "Deliveries"}), States: tasks.States, State: q.Get("state"),
 		Type: strings.TrimSpace(q.Get("type")), ID: strings.TrimSpace(q.Get("q")), Since: q.Get("since"), Until: q.Get("until")}
 	var err error
 	if p.Subs, err = intParam(q, "subs", 20, 1, 100); err != nil {
@@ -132,7 +132,7 @@ func (c *console) allDeliveries(w http.ResponseWriter, r *http.Request) error {
 			(p.ID == "" || strings.HasPrefix(event, p.ID) || strings.HasPrefix(sub+":"+event, p.ID))
 	}
 
-	subs, next, err := c.s.def.Subscribers(ctx, after, p.Subs)
+	subs, next, err := c.prod(r).Subscribers(ctx, after, p.Subs)
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func (c *console) allDeliveries(w http.ResponseWriter, r *http.Request) error {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			pages[i], _, errs[i] = c.s.def.Deliveries(ctx, s.ID, dq)
+			pages[i], _, errs[i] = c.prod(r).Deliveries(ctx, s.ID, dq)
 		})
 	}
 	wg.Wait()
@@ -181,7 +181,7 @@ func (c *console) allDeliveries(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	if p.State == "" || p.State == tasks.StateDead {
-		dead, nextDead, err := c.s.def.DeadLetters(ctx, producer.DeadLetterQuery{Since: dq.Since, Until: dq.Until, Limit: 20,
+		dead, nextDead, err := c.prod(r).DeadLetters(ctx, producer.DeadLetterQuery{Since: dq.Since, Until: dq.Until, Limit: 20,
 			Cursor: q.Get("dead")})
 		if err != nil {
 			return err

@@ -90,14 +90,14 @@ func attemptClass(a tasks.Attempt) string {
 
 // readChart draws subscriber sub's chart from its newest n deliveries of
 // the last hour, or (lastN) its newest n.
-func (c *console) readChart(ctx context.Context, sub string, n int, lastN bool) (outcomeChart, error) {
+func (c *console) readChart(ctx context.Context, p *producer.Producer, sub string, n int, lastN bool) (outcomeChart, error) {
 	now := c.now().UTC()
 	from := now.Add(-chartWindow)
 	q := producer.DeliveryQuery{Since: from, Limit: n}
 	if lastN {
 		q.Since = time.Time{}
 	}
-	recs, next, err := c.s.def.Deliveries(ctx, sub, q)
+	recs, next, err := p.Deliveries(ctx, sub, q)
 	if err != nil {
 		return outcomeChart{}, err
 	}
@@ -105,7 +105,7 @@ func (c *console) readChart(ctx context.Context, sub string, n int, lastN bool) 
 	for i, r := range recs {
 		subs[i], ids[i] = sub, r.EventID
 	}
-	full, err := c.readDeliveries(ctx, subs, ids)
+	full, err := c.readDeliveries(ctx, p, subs, ids)
 	if err != nil {
 		return outcomeChart{}, err
 	}

@@ -44,23 +44,27 @@ func newFormKey(apiToken string) formKey {
 	return sum[:]
 }
 
-// token is the form token of action (a console path) in the window of at.
-func (k formKey) token(action string, at time.Time) string {
-	return k.sign(action, at.Unix()/int64(formWindow.Seconds()))
+// token is the form token of action (a console path) in the window of at,
+// for a portal session (its digest; "" for the operator's console).
+func (k formKey) token(session, action string, at time.Time) string {
+	return k.sign(session, action, at.Unix()/int64(formWindow.Seconds()))
 }
 
-func (k formKey) sign(action string, window int64) string {
+func (k formKey) sign(session, action string, window int64) string {
 	m := hmac.New(sha256.New, k)
+	if session != "" {
+		m.Write([]byte("portal " + session + "\n"))
+	}
 	m.Write([]byte(action + "\n" + strconv.FormatInt(window, 10)))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// valid reports whether tok is action's token of the window of now or of
-// the one before.
-func (k formKey) valid(action, tok string, now time.Time) bool {
+// valid reports whether tok is action's token for session of the window
+// of now or of the one before.
+func (k formKey) valid(session, action, tok string, now time.Time) bool {
 	w := now.Unix() / int64(formWindow.Seconds())
 	for _, win := range []int64{w, w - 1} {
-		if hmac.Equal([]byte(tok), []byte(k.sign(action, win))) {
+		if hmac.Equal([]byte(tok), []byte(k.sign(session, action, win))) {
 			return true
 		}
 	}
@@ -84,7 +88,8 @@ func (c *console) checkForm(next http.Handler) http.Handler {
 			c.renderError(w, r, apiErr(http.StatusBadRequest, "bad_form", "", "unreadable form: %v", err))
 			return
 		}
-		if !c.forms.valid(r.URL.Path, r.PostForm.Get("csrf"), c.now()) {
+		sc, _ := scopeOf(r)
+		if !c.forms.valid(sc.session, r.URL.Path, r.PostForm.Get("csrf"), c.now()) {
 			c.log.Warn("console: form without a valid token refused", "path", r.URL.Path)
 			c.renderError(w, r, apiErr(http.StatusForbidden, "form_token", "",
 				"this form's token is missing or expired (forms last an hour): reload the page and try again"))

@@ -109,7 +109,7 @@ func (c *console) formError(w http.ResponseWriter, p subscriberFormPage, err err
 }
 
 func (c *console) newSubscriberForm(w http.ResponseWriter, r *http.Request) error {
-	return c.render(w, http.StatusOK, "subscriber_form.html", subscriberFormPage{base: base{Title: "New subscriber"}, New: true,
+	return c.render(w, http.StatusOK, "subscriber_form.html", subscriberFormPage{base: c.scoped(r, base{Title: "New subscriber"}), New: true,
 		Action: createPath})
 }
 
@@ -118,7 +118,7 @@ func (c *console) newSubscriberForm(w http.ResponseWriter, r *http.Request) erro
 // once both pass that check; the later one's PUT replaces the earlier's.
 func (c *console) createSubscriber(w http.ResponseWriter, r *http.Request) error {
 	f := readForm(r)
-	p := subscriberFormPage{base: base{Title: "New subscriber"}, New: true, F: f, Action: createPath}
+	p := subscriberFormPage{base: c.scoped(r, base{Title: "New subscriber"}), New: true, F: f, Action: createPath}
 	req, err := f.request()
 	if err != nil {
 		return c.formError(w, p, err)
@@ -126,13 +126,13 @@ func (c *console) createSubscriber(w http.ResponseWriter, r *http.Request) error
 	if err := tasks.ValidateSubscriberID(f.ID); err != nil {
 		return c.formError(w, p, err)
 	}
-	switch _, err := c.s.def.GetSubscriber(r.Context(), f.ID); {
+	switch _, err := c.prod(r).GetSubscriber(r.Context(), f.ID); {
 	case err == nil:
 		return c.formError(w, p, apiErr(http.StatusConflict, "exists", "id", "a subscriber %s exists already: edit it from its page", f.ID))
 	case !errors.Is(err, producer.ErrUnknownSubscriber):
 		return err
 	}
-	v, _, err := c.s.saveSubscriber(r.Context(), c.s.def, f.ID, req)
+	v, _, err := c.s.saveSubscriber(r.Context(), c.prod(r), f.ID, req)
 	if err != nil {
 		return c.formError(w, p, err)
 	}
@@ -140,20 +140,20 @@ func (c *console) createSubscriber(w http.ResponseWriter, r *http.Request) error
 	if len(v.Secrets) > 0 {
 		secret, v.Secrets = v.Secrets[0], nil
 	}
-	return c.render(w, http.StatusOK, "created.html", createdPage{base: base{Title: "Created " + v.ID}, Sub: v, Secret: secret})
+	return c.render(w, http.StatusOK, "created.html", createdPage{base: c.scoped(r, base{Title: "Created " + v.ID}), Sub: v, Secret: secret})
 }
 
-func (c *console) editPage(id string, f subscriberForm) subscriberFormPage {
-	return subscriberFormPage{base: base{Title: "Edit " + id}, F: f, Action: subscriberPath(id) + "/edit",
+func (c *console) editPage(r *http.Request, id string, f subscriberForm) subscriberFormPage {
+	return subscriberFormPage{base: c.scoped(r, base{Title: "Edit " + id}), F: f, Action: subscriberPath(id) + "/edit",
 		Delete: subscriberPath(id) + "/delete"}
 }
 
 func (c *console) editSubscriberForm(w http.ResponseWriter, r *http.Request) error {
-	sub, err := c.s.def.GetSubscriber(r.Context(), r.PathValue("id"))
+	sub, err := c.prod(r).GetSubscriber(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	return c.render(w, http.StatusOK, "subscriber_form.html", c.editPage(sub.ID, formOf(view(sub))))
+	return c.render(w, http.StatusOK, "subscriber_form.html", c.editPage(r, sub.ID, formOf(view(sub))))
 }
 
 // editSubscriber replaces the subscriber with the form, as a PUT without
@@ -163,15 +163,15 @@ func (c *console) editSubscriber(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	f := readForm(r)
 	f.ID = id
-	p := c.editPage(id, f)
+	p := c.editPage(r, id, f)
 	req, err := f.request()
 	if err != nil {
 		return c.formError(w, p, err)
 	}
-	if _, err := c.s.def.GetSubscriber(r.Context(), id); err != nil {
+	if _, err := c.prod(r).GetSubscriber(r.Context(), id); err != nil {
 		return err
 	}
-	if _, _, err := c.s.saveSubscriber(r.Context(), c.s.def, id, req); err != nil {
+	if _, _, err := c.s.saveSubscriber(r.Context(), c.prod(r), id, req); err != nil {
 		return c.formError(w, p, err)
 	}
 	return seeOther(w, r, subscriberPath(id)+"?done=saved")
@@ -184,7 +184,7 @@ func (c *console) deleteSubscriber(w http.ResponseWriter, r *http.Request) error
 	if r.PostForm.Get("confirm") != id {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "confirm", "type the subscriber's id, %s, to delete it", id)
 	}
-	if err := c.s.def.DeleteSubscriber(r.Context(), id); err != nil {
+	if err := c.prod(r).DeleteSubscriber(r.Context(), id); err != nil {
 		return err
 	}
 	return seeOther(w, r, "/console/subscribers?done=deleted")

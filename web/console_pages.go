@@ -113,7 +113,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	p := subscribersPage{base: base{Title: "Subscribers", Flash: flashes[q.Get("done")]}, Query: strings.TrimSpace(q.Get("q")), State: q.Get("state"),
+	p := subscribersPage{base: c.scoped(r, base{Title: "Subscribers", Flash: flashes[q.Get("done")]}), Query: strings.TrimSpace(q.Get("q")), State: q.Get("state"),
 		States: subscriberStates, Limit: limit}
 	if !slices.ContainsFunc(subscriberStates, func(s struct{ Value, Label string }) bool { return s.Value == p.State }) {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "state", "want paused, open or cooling")
@@ -127,7 +127,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 	var subs []tasks.Subscriber
 	if p.Query != "" && after == "" {
 		// The search's first page: the id itself, then those it prefixes.
-		switch s, err := c.s.def.GetSubscriber(ctx, p.Query); {
+		switch s, err := c.prod(r).GetSubscriber(ctx, p.Query); {
 		case err == nil:
 			subs = append(subs, s)
 		case !errors.Is(err, producer.ErrUnknownSubscriber):
@@ -138,7 +138,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 	var page []tasks.Subscriber
 	next := after // a page of one that the exact match filled
 	if n := limit - len(subs); n > 0 {
-		if page, next, err = c.s.def.Subscribers(ctx, after, n); err != nil {
+		if page, next, err = c.prod(r).Subscribers(ctx, after, n); err != nil {
 			return err
 		}
 	}
@@ -150,7 +150,7 @@ func (c *console) subscribers(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	subs = append(subs, page...)
-	sts, err := c.s.statuses(ctx, c.s.def, subs)
+	sts, err := c.s.statuses(ctx, c.prod(r), subs)
 	if err != nil {
 		return err
 	}
@@ -215,25 +215,25 @@ func (c *console) subscriber(w http.ResponseWriter, r *http.Request) error {
 	if dq.Until, err = timeParam(q, "until"); err != nil {
 		return err
 	}
-	sub, err := c.s.def.GetSubscriber(ctx, id)
+	sub, err := c.prod(r).GetSubscriber(ctx, id)
 	if err != nil {
 		return err
 	}
-	sts, err := c.s.statuses(ctx, c.s.def, []tasks.Subscriber{sub})
+	sts, err := c.s.statuses(ctx, c.prod(r), []tasks.Subscriber{sub})
 	if err != nil {
 		return err
 	}
 	self := subscriberPath(sub.ID)
-	p := subscriberPage{base: base{Title: sub.ID, Flash: flashes[q.Get("done")]}, Sub: view(sub), Secrets: len(sub.Secrets),
+	p := subscriberPage{base: c.scoped(r, base{Title: sub.ID, Flash: flashes[q.Get("done")]}), Sub: view(sub), Secrets: len(sub.Secrets),
 		Status: sts[0], States: tasks.States, State: dq.State, Since: q.Get("since"), Until: q.Get("until"), Limit: limit,
 		Actions: subscriberActions{Pause: self + "/pause", Resume: self + "/resume", Test: self + "/test",
 			Rotate: self + "/rotate", Replay: self + "/replay", EndCooldown: self + "/cooldown/end"}}
 	p.Retiring = p.Sub.RetiringUntil
-	if p.Chart, err = c.readChart(ctx, sub.ID, chartN, q.Get("span") == "deliveries"); err != nil {
+	if p.Chart, err = c.readChart(ctx, c.prod(r), sub.ID, chartN, q.Get("span") == "deliveries"); err != nil {
 		return err
 	}
 	var next string
-	if p.Deliveries, next, err = c.s.def.Deliveries(ctx, sub.ID, dq); err != nil {
+	if p.Deliveries, next, err = c.prod(r).Deliveries(ctx, sub.ID, dq); err != nil {
 		return err
 	}
 	p.Refresh = refreshFor(c.now(), p.Deliveries...)
@@ -246,7 +246,7 @@ func (c *console) subscriber(w http.ResponseWriter, r *http.Request) error {
 		}
 		p.NextDeliveries = self + "?" + v.Encode() + "#deliveries"
 	}
-	if p.DeadLetters, next, err = c.s.def.DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: sub.ID, Limit: 10,
+	if p.DeadLetters, next, err = c.prod(r).DeadLetters(ctx, producer.DeadLetterQuery{Subscriber: sub.ID, Limit: 10,
 		Cursor: q.Get("dead")}); err != nil {
 		return err
 	}
@@ -271,16 +271,16 @@ type deliveryPage struct {
 // payload while it is kept.
 func (c *console) delivery(w http.ResponseWriter, r *http.Request) error {
 	ctx, sub, evID := r.Context(), r.PathValue("id"), r.PathValue("event_id")
-	d, err := c.s.def.GetDelivery(ctx, sub, evID)
+	d, err := c.prod(r).GetDelivery(ctx, sub, evID)
 	if err != nil {
 		return err
 	}
-	p := deliveryPage{base: base{Title: evID + " → " + sub, Flash: flashes[r.URL.Query().Get("done")]}, D: d,
+	p := deliveryPage{base: c.scoped(r, base{Title: evID + " → " + sub, Flash: flashes[r.URL.Query().Get("done")]}), D: d,
 		Resend: deliveryPath(sub, evID) + "/resend",
 		Active: d.State != tasks.StateDelivered && d.State != tasks.StateDead}
 	p.Refresh = refreshFor(c.now(), d)
 	p.Attempts = attemptViews(d.Attempts)
-	se, ok, err := c.storedEvent(ctx, evID)
+	se, ok, err := c.storedEvent(ctx, c.prod(r), evID)
 	if err != nil {
 		return err
 	}
@@ -308,7 +308,7 @@ func (c *console) event(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	se, ok, err := c.storedEvent(ctx, id)
+	se, ok, err := c.storedEvent(ctx, c.prod(r), id)
 	ev, subs, published := se.Event, se.Subscribers, se.PublishedAt
 	if err != nil {
 		return err
@@ -317,7 +317,7 @@ func (c *console) event(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusNotFound, "unknown_event", "",
 			"no event %s: never published, or past the payload retention (its deliveries may still be found as <subscriber>:%s)", id, id)
 	}
-	p := eventPage{base: base{Title: "Event " + id}, Event: ev, Payload: Redact(ev.Data), PublishedAt: published, Fanout: len(subs)}
+	p := eventPage{base: c.scoped(r, base{Title: "Event " + id}), Event: ev, Payload: Redact(ev.Data), PublishedAt: published, Fanout: len(subs)}
 	after := q.Get("after")
 	start, _ := slices.BinarySearch(subs, after)
 	if start < len(subs) && subs[start] == after {
@@ -328,7 +328,7 @@ func (c *console) event(w http.ResponseWriter, r *http.Request) error {
 	for i := range ids {
 		ids[i] = id
 	}
-	if p.Rows, err = c.readDeliveries(ctx, page, ids); err != nil {
+	if p.Rows, err = c.readDeliveries(ctx, c.prod(r), page, ids); err != nil {
 		return err
 	}
 	var shown []tasks.DeliveryRecord
@@ -358,17 +358,17 @@ type searchPage struct {
 func (c *console) search(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
-	p := searchPage{base: base{Title: "Find", Search: q}, Query: q}
+	p := searchPage{base: c.scoped(r, base{Title: "Find", Search: q}), Query: q}
 	if q == "" {
 		return c.render(w, http.StatusOK, "search.html", p)
 	}
-	if _, ok, err := c.storedEvent(ctx, q); err != nil {
+	if _, ok, err := c.storedEvent(ctx, c.prod(r), q); err != nil {
 		return err
 	} else if ok {
 		return seeOther(w, r, eventPath(q))
 	}
 	if sub, ev, ok := tasks.SplitTaskID(q); ok {
-		switch _, err := c.s.def.GetDelivery(ctx, sub, ev); {
+		switch _, err := c.prod(r).GetDelivery(ctx, sub, ev); {
 		case err == nil:
 			return seeOther(w, r, deliveryPath(sub, ev))
 		case errors.Is(err, producer.ErrRedisUnavailable):
@@ -376,7 +376,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if tasks.ValidateSubscriberID(q) == nil {
-		switch _, err := c.s.def.GetSubscriber(ctx, q); {
+		switch _, err := c.prod(r).GetSubscriber(ctx, q); {
 		case err == nil:
 			return seeOther(w, r, subscriberPath(q))
 		case errors.Is(err, producer.ErrRedisUnavailable):

@@ -20,11 +20,11 @@ import (
 // would cost 100,000 reads. The reply still holds every subscriber id
 // (the stored event keeps them with the payload): its bytes grow with the
 // fan-out, its commands do not.
-func (c *console) storedEvent(ctx context.Context, id string) (se tasks.StoredEvent, ok bool, err error) {
+func (c *console) storedEvent(ctx context.Context, p *producer.Producer, id string) (se tasks.StoredEvent, ok bool, err error) {
 	if tasks.ValidateEventID(id) != nil {
 		return se, false, nil
 	}
-	se, err = c.s.def.StoredEvent(ctx, id)
+	se, err = p.StoredEvent(ctx, id)
 	if errors.Is(err, producer.ErrUnknownEvent) {
 		return se, false, nil
 	}
@@ -42,7 +42,7 @@ type deliveryOf struct {
 // readDeliveries reads the delivery of event ids[i] to subs[i], with its
 // attempts, through the producer's GetDelivery, a few at a time: a page
 // reads as many as it shows.
-func (c *console) readDeliveries(ctx context.Context, subs, ids []string) ([]deliveryOf, error) {
+func (c *console) readDeliveries(ctx context.Context, p *producer.Producer, subs, ids []string) ([]deliveryOf, error) {
 	out := make([]deliveryOf, len(ids))
 	errs := make([]error, len(ids))
 	sem := make(chan struct{}, 8)
@@ -52,7 +52,7 @@ func (c *console) readDeliveries(ctx context.Context, subs, ids []string) ([]del
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			d, err := c.s.def.GetDelivery(ctx, subs[i], ids[i])
+			d, err := p.GetDelivery(ctx, subs[i], ids[i])
 			switch {
 			case err == nil:
 				out[i].Record = &d

@@ -95,7 +95,8 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/monitoring/", guard(s.cfg.Token, "Basic", s.mon))
 	mux.Handle("/monitoring", guard(s.cfg.Token, "Basic", http.RedirectHandler("/monitoring/", http.StatusFound)))
 	// The console: asynqmon's neighbour, behind the same token and prompt.
-	mux.Handle("/console/", consoleHeaders(guard(s.cfg.Token, "Basic", s.console.handler())))
+	mux.Handle("/console/", s.consoleHeaders(s.consoleGuard(s.console.handler())))
+	mux.Handle("GET /portal/{link}", s.consoleHeaders(http.HandlerFunc(s.openPortal)))
 	mux.Handle("/console", guard(s.cfg.Token, "Basic", http.RedirectHandler("/console/", http.StatusFound)))
 	mux.Handle("GET /{$}", http.RedirectHandler("/monitoring/", http.StatusFound))
 	return mux

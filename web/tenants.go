@@ -24,9 +24,13 @@ import (
 // each left out (or 0) for no limit of the tenant's own. A PUT replaces
 // them all.
 type TenantRequest struct {
-	IngestRate     int `json:"ingest_rate,omitempty"`
-	IngestBurst    int `json:"ingest_burst,omitempty"`
-	MaxSubscribers int `json:"max_subscribers,omitempty"`
+	IngestRate     int    `json:"ingest_rate,omitempty"`
+	IngestBurst    int    `json:"ingest_burst,omitempty"`
+	MaxSubscribers int    `json:"max_subscribers,omitempty"`
+	MaxRate        int    `json:"max_rate,omitempty"`
+	MaxInFlight    int    `json:"max_in_flight,omitempty"`
+	MaxAttempts    int    `json:"max_attempts,omitempty"`
+	RetryHorizon   string `json:"retry_horizon,omitempty"`
 }
 
 // Tenant is a tenant as the API shows it.
@@ -36,10 +40,18 @@ type Tenant struct {
 	IngestRate     int        `json:"ingest_rate,omitempty"`
 	IngestBurst    int        `json:"ingest_burst,omitempty"`
 	MaxSubscribers int        `json:"max_subscribers,omitempty"`
+	MaxRate        int        `json:"max_rate,omitempty"`
+	MaxInFlight    int        `json:"max_in_flight,omitempty"`
+	MaxAttempts    int        `json:"max_attempts,omitempty"`
+	RetryHorizon   string     `json:"retry_horizon,omitempty"`
 }
 
 func tenantOf(t producer.TenantInfo) Tenant {
-	out := Tenant{Name: t.Name, IngestRate: t.IngestRate, IngestBurst: t.IngestBurst, MaxSubscribers: t.MaxSubscribers}
+	out := Tenant{Name: t.Name, IngestRate: t.IngestRate, IngestBurst: t.IngestBurst, MaxSubscribers: t.MaxSubscribers,
+		MaxRate: t.MaxRate, MaxInFlight: t.MaxInFlight, MaxAttempts: t.MaxAttempts}
+	if t.RetryHorizon > 0 {
+		out.RetryHorizon = isoDuration(time.Duration(t.RetryHorizon))
+	}
 	if !t.CreatedAt.IsZero() {
 		c := t.CreatedAt
 		out.CreatedAt = &c
@@ -165,10 +177,19 @@ func (s *Server) putTenant(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
+	var horizon time.Duration
+	if req.RetryHorizon != "" {
+		d, err := parseDuration(req.RetryHorizon)
+		if err != nil {
+			return apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want a duration such as 90s or 24h, got %s", quoted(req.RetryHorizon))
+		}
+		horizon = d
+	}
 	name := r.PathValue("tenant")
 	s.tenants.forget(name) // its new settings, here at once
 	t, created, err := s.p.PutTenant(r.Context(), name, producer.TenantSettings{IngestRate: req.IngestRate,
-		IngestBurst: req.IngestBurst, MaxSubscribers: req.MaxSubscribers})
+		IngestBurst: req.IngestBurst, MaxSubscribers: req.MaxSubscribers, MaxRate: req.MaxRate, MaxInFlight: req.MaxInFlight,
+		MaxAttempts: req.MaxAttempts, RetryHorizon: tasks.Duration(horizon)})
 	if err != nil {
 		return err
 	}
