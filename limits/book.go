@@ -34,7 +34,9 @@ type Pace struct {
 	Limit       Limit
 	MaxInFlight int
 	// FreshMax is how many of the subscriber's deliveries may be in the
-	// fresh lane at once (0: no cap); the rest go to the backlog lane.
+	// fresh lane at once (0: no cap; negative: none, its tenant is
+	// flooding: see producer.Config.TenantFreshRate); the rest go to the
+	// backlog lane.
 	FreshMax int
 	// Lead is how far ahead of its rate slot a delivery is handed out (the
 	// worker waits out the rest, up to its MaxWait). Default 1s.
@@ -166,7 +168,7 @@ elseif nb <= now and redis.call('ZCOUNT', k.lot, '-inf', now) == 0 then
     and (after == 0 or n_out < after) then
     local cap = tonumber(ARGV[18])
     where, state = 'backlog', 'pending'
-    if cap == 0 or fresh_count(k, ARGV[21], now, tonumber(ARGV[11])) < cap then
+    if cap == 0 or cap > 0 and fresh_count(k, ARGV[21], now, tonumber(ARGV[11])) < cap then
       where = 'fresh'
       redis.call('ZADD', k.fresh, now + tonumber(ARGV[11]), ARGV[1])
     end

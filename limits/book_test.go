@@ -194,6 +194,18 @@ func TestBookCapsTheFreshLane(t *testing.T) {
 	}
 }
 
+// A negative FreshMax (its tenant past its fresh rate): the backlog lane.
+func TestBookOfAFloodingTenantUsesTheBacklogLane(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.pace.FreshMax = -1
+	if l := b.book(t, "e0").Where; l != limits.WhereBacklog {
+		t.Fatalf("lane %s; want backlog", l)
+	}
+	if n, _ := b.rdb.ZCard(ctx, b.k.Fresh).Result(); n != 0 {
+		t.Fatalf("%d in the fresh lane; want 0", n)
+	}
+}
+
 // A subscriber with a backlog in asynq (BatchAfter of its deliveries
 // handed out and not yet taken by a worker) has its new events parked,
 // for a turn to hand out in batches, however much its limits allow; once a

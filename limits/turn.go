@@ -57,6 +57,7 @@ local function soon(at) at = tonumber(at); if at and (not next or at < next) the
 local cap, nfresh = tonumber(ARGV[12]), nil
 local function lane()
   if cap == 0 then return 'fresh' end
+  if cap < 0 then return 'backlog' end
   nfresh = nfresh or fresh_count(k, ARGV[1], now, freshttl)
   if nfresh < cap then
     nfresh = nfresh + 1

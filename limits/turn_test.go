@@ -77,6 +77,24 @@ func TestTurnCapsTheFreshLane(t *testing.T) {
 	}
 }
 
+// A negative FreshMax (its tenant past its fresh rate) hands everything
+// out to the backlog lane, and writes no fresh-lane entry.
+func TestTurnOfAFloodingTenantUsesTheBacklogLane(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.pace.FreshMax = -1
+	b.parked(t, 5)
+	lanes := map[string]int{}
+	for _, h := range b.turn(t).Handouts {
+		lanes[h.Lane]++
+	}
+	if lanes[limits.WhereBacklog] != 5 || len(lanes) != 1 {
+		t.Fatalf("handed out %v; want 5 backlog", lanes)
+	}
+	if n, _ := b.rdb.ZCard(ctx, b.k.Fresh).Result(); n != 0 {
+		t.Fatalf("%d in the fresh lane; want 0", n)
+	}
+}
+
 // A subscriber paced by its rate is handed out in chunks of a quarter of
 // the lead's slots, not one slot at a time: at 100/s with a 1s lead, a
 // turn once its window is full hands out nothing and comes back when 25

@@ -379,7 +379,7 @@ func (p *Producer) replayClaimed(ctx context.Context, e tasks.DeadLetter, s task
 		return o, nil
 	}
 	c.sha = sha1hex(b)
-	res, err := p.fanOut(ctx, *e.Event, nil, []tasks.Subscriber{s}, how)
+	res, err := p.fanOut(ctx, *e.Event, nil, matched{subs: []tasks.Subscriber{s}}, how)
 	if err != nil {
 		o.Error = err.Error()
 		return o, nil

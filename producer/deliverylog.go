@@ -268,7 +268,7 @@ func (p *Producer) Resend(ctx context.Context, sub, eventID string) (Target, err
 	if err != nil {
 		return Target{}, err
 	}
-	res, err := p.fanOut(ctx, se.Event, nil, []tasks.Subscriber{s}, bookResend)
+	res, err := p.fanOut(ctx, se.Event, nil, matched{subs: []tasks.Subscriber{s}}, bookResend)
 	if err != nil {
 		return Target{}, err
 	}

@@ -112,6 +112,13 @@ type Config struct {
 	// lane, so that a subscriber that publishes a flood does not hold up
 	// the others' events. Default 100.
 	FreshMax int
+	// TenantFreshRate is how many of one registered tenant's deliveries a
+	// second its publishes may put in the fresh lane; past it, for the
+	// rest of that second, they go to the backlog lane, so that a tenant
+	// publishing a flood across many subscribers does not hold up another
+	// tenant's events (the default tenant's keep the lanes as before).
+	// Default 200; negative: no cap.
+	TenantFreshRate int
 	// BatchAfter is how many of one subscriber's deliveries may wait in
 	// asynq for a worker as tasks of their own before its new events join
 	// its lot, whence the workers' turns hand them out in batches
@@ -160,6 +167,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxDataSize = cmp.Or(c.MaxDataSize, tasks.MaxDataSize)
 	c.MaxNotBefore = cmp.Or(c.MaxNotBefore, DefaultMaxNotBefore)
 	c.FreshMax = cmp.Or(c.FreshMax, 100)
+	c.TenantFreshRate = cmp.Or(c.TenantFreshRate, DefaultTenantFreshRate)
 	c.BatchAfter = cmp.Or(c.BatchAfter, DefaultBatchAfter)
 	c.MaxWait = cmp.Or(c.MaxWait, limits.DefaultMaxWait)
 	c.WaitTimeout = cmp.Or(c.WaitTimeout, time.Second)
@@ -220,6 +228,26 @@ const DefaultMaxNotBefore = 7 * 24 * time.Hour
 
 // DefaultMaxRegions is Config.MaxRegions' default.
 const DefaultMaxRegions = 8
+
+// DefaultTenantFreshRate is Config.TenantFreshRate's default.
+const DefaultTenantFreshRate = 200
+
+// TenantFreshRate is the Config.TenantFreshRate p runs with (0: no cap).
+func (p *Producer) TenantFreshRate() int { return max(p.cfg.TenantFreshRate, 0) }
+
+// ParseTenantFreshRate reads a TenantFreshRate setting as
+// HOOKLANE_TENANT_FRESH_RATE gives it: a whole number from 0 (no cap: -1
+// in Config) to 1,000,000.
+func ParseTenantFreshRate(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	switch {
+	case err != nil || n < 0 || n > 1_000_000:
+		return 0, fmt.Errorf("want a whole number from 0 (no cap) to 1000000 deliveries a second, got %q", v)
+	case n == 0:
+		return -1, nil
+	}
+	return n, nil
+}
 
 // DefaultBatchAfter is Config.BatchAfter's default.
 const DefaultBatchAfter = 64

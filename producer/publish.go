@@ -145,11 +145,11 @@ func (p *Producer) publish(ctx context.Context, ev tasks.Event, opts *PublishOpt
 	if err := p.checkEvent(&ev, opts); err != nil {
 		return nil, err
 	}
-	subs, err := p.matching(ctx, ev.Type)
+	m, err := p.matchingTypes(ctx, []string{ev.Type}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return p.extResult(p.fanOut(ctx, ev, opts, subs, bookPublish))
+	return p.extResult(p.fanOut(ctx, ev, opts, m[ev.Type], bookPublish))
 }
 
 // SendTo delivers ev to one subscriber, whatever its event filter. A paused
@@ -178,7 +178,7 @@ func (p *Producer) sendTo(ctx context.Context, subscriberID string, ev tasks.Eve
 	if err != nil {
 		return nil, err
 	}
-	return p.extResult(p.fanOut(ctx, ev, opts, []tasks.Subscriber{s}, bookPublish))
+	return p.extResult(p.fanOut(ctx, ev, opts, matched{subs: []tasks.Subscriber{s}}, bookPublish))
 }
 
 func (p *Producer) checkEvent(ev *tasks.Event, opts *PublishOpts) error {
@@ -202,34 +202,47 @@ func (p *Producer) checkEvent(ev *tasks.Event, opts *PublishOpts) error {
 	return nil
 }
 
-// KEYS: the index sets an event type is looked up in, then the
-// configurations hash (all in slot {<ns>:subs}). Reply: the configurations
-// of the subscribers in any of the sets.
+// KEYS: the index sets an event type is looked up in, the configurations
+// hash, then (a registered tenant's publish) its flow counter (all in slot
+// {<ns>:subs}). ARGV: 1 the number of index sets, 2 the number of events
+// published. Reply: the flow before this publish (0 without a counter),
+// then the configurations of the subscribers in any of the sets; the
+// counter is given their number times the events' (a second's count:
+// advisory, so a call go-redis runs twice may count twice).
 var matchScript = redis.NewScript(`
-local ids = redis.call('SUNION', unpack(KEYS, 1, #KEYS - 1))
-if #ids == 0 then return {} end
-local out = {}
-for _, v in ipairs(redis.call('HMGET', KEYS[#KEYS], unpack(ids))) do
+local n = tonumber(ARGV[1])
+local ids = redis.call('SUNION', unpack(KEYS, 1, n))
+local out = {0}
+if #ids == 0 then return out end
+for _, v in ipairs(redis.call('HMGET', KEYS[n + 1], unpack(ids))) do
   if v then out[#out + 1] = v end
 end
+local flow = KEYS[n + 2]
+if flow and #out > 1 then
+  local add = (#out - 1) * tonumber(ARGV[2])
+  local after = redis.call('INCRBY', flow, add)
+  if after == add then redis.call('PEXPIRE', flow, 1000) end
+  out[1] = after - add
+end
 return out`)
-
-// matching returns the subscribers whose filter matches type t, by id.
-func (p *Producer) matching(ctx context.Context, t string) ([]tasks.Subscriber, error) {
-	m, err := p.matchingTypes(ctx, []string{t})
-	return m[t], err
-}
 
 // Pace is what subscriber s's deliveries are handed to asynq at (see
 // limits.Pace): its limit and in-flight slots, the fresh lane's share, the
 // workers' wait for a slot (Config.MaxWait) and the lead it allows (none
 // beyond a millisecond when they do not wait), and the worker's default
 // slow start.
-func (p *Producer) Pace(s tasks.Subscriber) limits.Pace {
+func (p *Producer) Pace(s tasks.Subscriber) limits.Pace { return p.pace(s, false) }
+
+// pace is Pace for a publish; flood: its tenant's flow is past
+// Config.TenantFreshRate, so that nothing of it takes the fresh lane.
+func (p *Producer) pace(s tasks.Subscriber, flood bool) limits.Pace {
 	pace := limits.Pace{Limit: s.Limit, MaxInFlight: s.MaxInFlight, FreshMax: p.cfg.FreshMax, Lead: limits.DefaultLead,
 		MaxWait: max(p.cfg.MaxWait, 0), Ramp: limits.DefaultRamp, BatchAfter: max(p.cfg.BatchAfter, 0)}
 	if pace.MaxWait == 0 {
 		pace.Lead = time.Millisecond
+	}
+	if flood {
+		pace.FreshMax = -1
 	}
 	return pace
 }
@@ -250,7 +263,8 @@ const (
 // if the id names another event), then every target's booking. What can
 // go at once goes to asynq; the rest is parked in the subscriber's lot and
 // its dispatcher told.
-func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, subs []tasks.Subscriber, how booking) (*PublishResult, error) {
+func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts, m matched, how booking) (*PublishResult, error) {
+	subs := m.subs
 	resend := how != bookPublish
 	now := p.nowFunc()
 	var notBefore time.Time
@@ -275,7 +289,7 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 	for i, s := range subs {
 		bs[i] = limits.Booking{Keys: p.keys.Gates(s.ID), EventID: ev.ID, EventType: ev.Type, NotBefore: notBefore,
 			Horizon: p.horizon(s), Dedup: p.cfg.DedupWindow, MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts),
-			Held: held, Resend: resend, Token: token, Pace: p.Pace(s)}
+			Held: held, Resend: resend, Token: token, Pace: p.pace(s, m.flood)}
 	}
 	booked, err := p.gates.Book(ctx, nil, bs...)
 	if err != nil {

@@ -125,7 +125,7 @@ func (p *Producer) PublishEach(ctx context.Context, evs []BatchEvent) ([]BatchRe
 		for _, s := range it.subs {
 			bs = append(bs, limits.Booking{Keys: p.keys.Gates(s.ID), EventID: it.Event.ID, EventType: it.Event.Type,
 				NotBefore: it.notBefore, Horizon: p.horizon(s), Dedup: p.cfg.DedupWindow,
-				MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts), Held: held, Token: token, Pace: p.Pace(s)})
+				MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts), Held: held, Token: token, Pace: p.pace(s, it.flood)})
 		}
 	}
 	if len(bs) == 0 {
@@ -163,6 +163,7 @@ func (p *Producer) PublishEach(ctx context.Context, evs []BatchEvent) ([]BatchRe
 type batchItem struct {
 	BatchEvent
 	subs      []tasks.Subscriber
+	flood     bool // its type's subscribers are past the tenant's fresh rate
 	notBefore time.Time
 	first     int // its first booking in the batch's Book
 }
@@ -179,8 +180,12 @@ func (p *Producer) batchTargets(ctx context.Context, items []batchItem, out []Ba
 			types = append(types, it.Event.Type)
 		}
 	}
+	events := map[string]int{}
+	for _, t := range types {
+		events[t]++
+	}
 	slices.Sort(types)
-	matched, err := p.matchingTypes(ctx, slices.Compact(types))
+	matched, err := p.matchingTypes(ctx, slices.Compact(types), events)
 	if err != nil {
 		return err
 	}
@@ -212,7 +217,7 @@ func (p *Producer) batchTargets(ctx context.Context, items []batchItem, out []Ba
 	}
 	for i, it := range live {
 		if it.To == "" {
-			it.subs = matched[it.Event.Type]
+			it.subs, it.flood = matched[it.Event.Type].subs, matched[it.Event.Type].flood
 			continue
 		}
 		s, ok := named[it.To]
@@ -334,14 +339,27 @@ func (p *Producer) handOutBatch(ctx context.Context, items []batchItem, booked [
 // matchingTypes returns, for each event type, the subscribers whose filter
 // matches it, by id: every type's lookup in one round trip (the
 // directory is one slot).
-func (p *Producer) matchingTypes(ctx context.Context, types []string) (map[string][]tasks.Subscriber, error) {
-	out := make(map[string][]tasks.Subscriber, len(types))
+// matched are the subscribers an event is for; flood: its tenant's
+// deliveries this second are past Config.TenantFreshRate with them.
+type matched struct {
+	subs  []tasks.Subscriber
+	flood bool
+}
+
+func (p *Producer) matchingTypes(ctx context.Context, types []string, events map[string]int) (map[string]matched, error) {
+	out := make(map[string]matched, len(types))
 	if len(types) == 0 {
 		return out, nil
 	}
 	calls := make([]*limits.Call, len(types))
+	tenant := p.writeTenant()
 	for i, t := range types {
-		calls[i] = &limits.Call{Script: matchScript, Keys: append(p.keys.IndexKeysFor(p.writeTenant(), t), p.keys.SubscriberConfigs())}
+		idx := p.keys.IndexKeysFor(tenant, t)
+		keys := append(idx, p.keys.SubscriberConfigs())
+		if tenant != tasks.DefaultTenant && p.cfg.TenantFreshRate > 0 {
+			keys = append(keys, p.keys.TenantFlow(tenant))
+		}
+		calls[i] = &limits.Call{Script: matchScript, Keys: keys, Args: []any{len(idx), max(1, events[t])}}
 	}
 	p.gates.RunScripts(ctx, calls)
 	for i, t := range types {
@@ -349,7 +367,11 @@ func (p *Producer) matchingTypes(ctx context.Context, types []string) (map[strin
 			return nil, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 		}
 		subs := make([]tasks.Subscriber, 0, len(calls[i].Res))
-		for _, v := range calls[i].Res {
+		var before int64
+		if len(calls[i].Res) > 0 {
+			before, _ = calls[i].Res[0].(int64)
+		}
+		for _, v := range calls[i].Res[min(1, len(calls[i].Res)):] {
 			str, _ := v.(string)
 			var s tasks.Subscriber
 			if err := json.Unmarshal([]byte(str), &s); err != nil {
@@ -362,7 +384,9 @@ func (p *Producer) matchingTypes(ctx context.Context, types []string) (map[strin
 			}
 		}
 		slices.SortFunc(subs, func(a, b tasks.Subscriber) int { return strings.Compare(a.ID, b.ID) })
-		out[t] = subs
+		// past its tenant's fresh rate with this publish: the backlog lane
+		flood := p.cfg.TenantFreshRate > 0 && before+int64(len(subs)*max(1, events[t])) > int64(p.cfg.TenantFreshRate) && tenant != tasks.DefaultTenant
+		out[t] = matched{subs: subs, flood: flood}
 	}
 	return out, nil
 }

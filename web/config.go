@@ -76,6 +76,11 @@ type Config struct {
 	// events join its lot and travel in batches (producer.Config.BatchAfter).
 	// Default 64; negative (the variable set to 0): no cap.
 	BatchAfter int
+	// TenantFreshRate (HOOKLANE_TENANT_FRESH_RATE) is how many of one
+	// registered tenant's deliveries a second may take the fresh lane
+	// (producer.Config.TenantFreshRate): give it the workers' value.
+	// Default 200; negative (the variable set to 0): no cap.
+	TenantFreshRate int
 	// MaxRegions (HOOKLANE_MAX_REGIONS) is how many regions subscribers may
 	// name, the default one included (producer.Config.MaxRegions). Default 8.
 	MaxRegions int
@@ -232,6 +237,13 @@ func FromEnv() (Config, error) {
 			err = errors.Join(err, fmt.Errorf("web: HOOKLANE_BATCH_AFTER=%q: %w", v, perr))
 		}
 		c.BatchAfter = n
+	}
+	if v := os.Getenv("HOOKLANE_TENANT_FRESH_RATE"); v != "" {
+		n, perr := producer.ParseTenantFreshRate(v)
+		if perr != nil {
+			err = errors.Join(err, fmt.Errorf("web: HOOKLANE_TENANT_FRESH_RATE: %w", perr))
+		}
+		c.TenantFreshRate = n
 	}
 	if v := os.Getenv("HOOKLANE_METRICS_MAX_SUBSCRIBERS"); v != "" {
 		n, perr := strconv.Atoi(v)

@@ -55,7 +55,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, rdb: rdb}
 	s.p, err = producer.New(&producer.Config{Redis: s.rdb, Namespace: cfg.Namespace, Logger: cfg.Logger,
 		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention, MaxNotBefore: cfg.MaxNotBefore,
-		AllowedCIDRs: cfg.AllowedCIDRs, MaxRegions: cfg.MaxRegions, MaxWait: cfg.MaxWait, BatchAfter: cfg.BatchAfter})
+		AllowedCIDRs: cfg.AllowedCIDRs, MaxRegions: cfg.MaxRegions, MaxWait: cfg.MaxWait, BatchAfter: cfg.BatchAfter,
+		TenantFreshRate: cfg.TenantFreshRate})
 	if err != nil {
 		s.rdb.Close()
 		return nil, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/limits"
+	"github.com/hooklane/hooklane/producer"
 )
 
 // Version is sent in the User-Agent header.
@@ -60,6 +61,12 @@ type Config struct {
 	// delivery a task of its own. A lone delivery (an idle subscriber's
 	// fresh event) is always a task of its own. Default 16, at most 100.
 	BatchMax int
+	// TenantFreshRate (HOOKLANE_TENANT_FRESH_RATE) is how many of one
+	// registered tenant's deliveries a second may take the fresh lane,
+	// its publishes' and its turns' together: give the web processes the
+	// same (producer.Config.TenantFreshRate). Default 200; negative (the
+	// variable set to 0): no cap.
+	TenantFreshRate int
 	// ConnectTimeout (HOOKLANE_CONNECT_TIMEOUT) bounds dialing and TLS. Default 5s.
 	ConnectTimeout time.Duration
 	// RequestTimeout (HOOKLANE_REQUEST_TIMEOUT) bounds a whole request. Default 15s.
@@ -325,6 +332,13 @@ func FromEnv() (Config, error) {
 	intVar("HOOKLANE_MAX_WAITERS", &c.MaxWaiters)
 	intVar("HOOKLANE_MAX_WAITING", &c.MaxWaiting)
 	intVar("HOOKLANE_BATCH_MAX", &c.BatchMax)
+	if v := os.Getenv("HOOKLANE_TENANT_FRESH_RATE"); v != "" {
+		n, err := producer.ParseTenantFreshRate(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("HOOKLANE_TENANT_FRESH_RATE: %w", err))
+		}
+		c.TenantFreshRate = n
+	}
 	durVar("HOOKLANE_MAX_WAIT", &c.MaxWait, NoWait, true) // 0: no in-handler wait
 	durVar("HOOKLANE_CONNECT_TIMEOUT", &c.ConnectTimeout, 0, false)
 	durVar("HOOKLANE_REQUEST_TIMEOUT", &c.RequestTimeout, 0, false)

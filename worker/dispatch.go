@@ -205,8 +205,12 @@ func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
 	}
 	probeHold := h.cfg.RequestTimeout + h.cfg.maxWait() + 5*time.Second
 	var tr limits.TurnResult
+	pace := h.pace(&sub.Subscriber)
+	if h.flows.flooding(ctx, id) {
+		pace.FreshMax = -1 // its tenant's past its fresh rate: the backlog lane
+	}
 	err = fault(ctx, FaultTurn, func() (err error) {
-		tr, err = h.gates.Turn(ctx, h.keys.Gates(id), h.pace(&sub.Subscriber), probeHold)
+		tr, err = h.gates.Turn(ctx, h.keys.Gates(id), pace, probeHold)
 		return err
 	})
 	if err != nil {
@@ -255,6 +259,7 @@ func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
 		})
 	}
 	wg.Wait()
+	h.flows.add(ctx, id, len(tr.Handouts))
 	h.stats.HandedOut.Add(int64(len(tr.Handouts)))
 	return tr.Next
 }

@@ -56,6 +56,7 @@ type handler struct {
 	log    *slog.Logger
 	stats  *Stats
 	prod   *producer.Producer
+	flows  *tenantFlows // the tenants past their fresh rate (tenantflow.go)
 	disp   *dispatchers // told when this process frees a slot or parks a delivery
 	caps   rateCaps     // the receivers' RateLimit-Policy caps written
 	shards int

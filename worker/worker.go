@@ -79,10 +79,12 @@ func New(cfg Config) (*Worker, error) {
 	// The producer hands out the dispatchers' deliveries and publishes
 	// operator events (no WATCH: it never changes a subscriber here).
 	if h.prod, err = producer.New(&producer.Config{Redis: w.ap, Namespace: cfg.Namespace, Logger: cfg.Logger,
-		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention, AllowedCIDRs: cfg.AllowedCIDRs, MaxWait: cfg.MaxWait}); err != nil {
+		DedupWindow: cfg.DedupWindow, PayloadRetention: cfg.PayloadRetention, AllowedCIDRs: cfg.AllowedCIDRs, MaxWait: cfg.MaxWait,
+		TenantFreshRate: cfg.TenantFreshRate}); err != nil {
 		w.closeRDB()
 		return nil, err
 	}
+	h.flows = newTenantFlows(w.ap, keys, h.prod.TenantFreshRate())
 	h.disp = newDispatchers(h)
 	h.srvs = &w.srvs
 	w.h = h
