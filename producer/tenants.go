@@ -229,6 +229,11 @@ func (p *Producer) DeleteTenant(ctx context.Context, name string) error {
 	if err := tp.deleteAll(ctx); err != nil {
 		return err
 	}
+	// its metrics' counters (another slot: not in the transaction below);
+	// a worker's flush of a run that ended meanwhile may write it again
+	if err := p.rdb.Del(ctx, p.keys.TenantTotals(name)).Err(); err != nil {
+		return fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
+	}
 	_, err = p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
 		pl.HDel(ctx, p.keys.Tenants(), name)
 		pl.ZRem(ctx, p.keys.TenantNames(), name)

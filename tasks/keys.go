@@ -279,6 +279,12 @@ const CounterDroppedDeleted = "dropped:deleted"
 // Slot {<ns>:totals}. Owner: worker. Lives forever.
 func (ns Keys) Totals() string { return string(ns) + ":{" + string(ns) + ":totals}" }
 
+// TenantTotals is a hash of registered tenant's counters: Totals' fields
+// summed over its subscribers' runs, flushed with Totals. Slot
+// {<ns>:totals}. Owner: worker (producer deletes it with its tenant).
+// Lives until its tenant is deleted.
+func (ns Keys) TenantTotals(tenant string) string { return ns.Totals() + ":tenant:" + tenant }
+
 // TotalsFlushes is a hash: worker process → the number of its last flush
 // added to Totals, so that a flush sent twice adds once. Slot
 // {<ns>:totals}. Owner: worker. Lives an hour past the last flush.

@@ -48,7 +48,7 @@ func TestSlotIsRedisClusters(t *testing.T) {
 var slotGroups = map[string]string{
 	"Namespace": "-", "SubscriberConfigs": "dir", "SubscriberVersion": "dir", "SubscriberIDs": "dir", "TypeIndex": "dir",
 	"PrefixIndex": "dir", "AnyIndex": "dir", "IndexKeysFor": "dir", "IndexKeyOf": "dir", "MetricsIndex": "dir", "TenantNames": "dir", "Tenants": "dir",
-	"Tokens": "dir", "TokenDigests": "dir", "TenantTokens": "dir", "TokensUsed": "dir", "PortalLink": "dir", "TenantFlow": "dir", "PortalSession": "dir",
+	"Tokens": "dir", "TokenDigests": "dir", "TenantTokens": "dir", "TokensUsed": "dir", "PortalLink": "dir", "TenantFlow": "dir", "TenantTotals": "totals", "PortalSession": "dir",
 	"PausedIndex": "dir", "OpenBreakers": "dir", "RegionSubscribers": "dir", "LegacyRegions": "dir",
 	"Gate": "sub", "Gates": "sub", "Delivery": "sub", "DeliveryLog": "sub", "RateLimiterKey": "sub", "Stats": "sub",
 	"Ledger": "sub", "DeadIndex": "sub", "DeadBatch": "sub", "DeadBatchSample": "sub", "LegacyLeftovers": "sub",

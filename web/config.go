@@ -45,6 +45,11 @@ type Config struct {
 	// 429 with a Retry-After); IngestBurst (HOOKLANE_INGEST_BURST) how many
 	// at once. Defaults 1,000/s and 2,000.
 	IngestRate, IngestBurst int
+	// MetricsTenants (HOOKLANE_METRICS_TENANTS, comma-separated) are the
+	// registered tenants whose counters /metrics shows as series of their
+	// own (hooklane_tenant_…, label tenant), at most MaxMetricsTenants:
+	// the operator's list bounds the series, however many tenants there are.
+	MetricsTenants []string
 	// MetricsMaxSubscribers (HOOKLANE_METRICS_MAX_SUBSCRIBERS) caps how
 	// many subscribers marked for metrics (Subscriber.Metrics) get series
 	// of their own in /metrics: the first ones by id, so that a mistake
@@ -105,6 +110,10 @@ type Config struct {
 // about 30 series each, 30,000 at most.
 const MaxMetricsSubscribers = 1000
 
+// MaxMetricsTenants is the most tenants Config.MetricsTenants may list:
+// about 40 series each.
+const MaxMetricsTenants = 100
+
 // MinTokenLen is the shortest Token accepted.
 const MinTokenLen = 16
 
@@ -149,6 +158,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("web: MetricsMaxSubscribers (HOOKLANE_METRICS_MAX_SUBSCRIBERS) must be at most %d, not %d", MaxMetricsSubscribers, c.MetricsMaxSubscribers)
 	case c.MaxBodyBytes < 64<<10:
 		return errors.New("web: MaxBodyBytes must be at least 64 KiB")
+	}
+	if len(c.MetricsTenants) > MaxMetricsTenants {
+		return fmt.Errorf("web: MetricsTenants (HOOKLANE_METRICS_TENANTS) lists %d tenants; at most %d", len(c.MetricsTenants), MaxMetricsTenants)
+	}
+	for _, t := range c.MetricsTenants {
+		if err := tasks.ValidateTenant(t); err != nil || t == tasks.DefaultTenant {
+			return fmt.Errorf("web: MetricsTenants (HOOKLANE_METRICS_TENANTS): %q is not a registered tenant's name (the default tenant's counters are the totals)", t)
+		}
 	}
 	if u, err := url.Parse(c.PublicURL); c.PublicURL != "" && (err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Path != "" && u.Path != "/" || u.RawQuery != "") {
 		return fmt.Errorf("web: PublicURL (HOOKLANE_PUBLIC_URL) %q: want an origin such as https://hooks.example.com", c.PublicURL)
@@ -237,6 +254,13 @@ func FromEnv() (Config, error) {
 			err = errors.Join(err, fmt.Errorf("web: HOOKLANE_BATCH_AFTER=%q: %w", v, perr))
 		}
 		c.BatchAfter = n
+	}
+	if v := os.Getenv("HOOKLANE_METRICS_TENANTS"); v != "" {
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				c.MetricsTenants = append(c.MetricsTenants, t)
+			}
+		}
 	}
 	if v := os.Getenv("HOOKLANE_TENANT_FRESH_RATE"); v != "" {
 		n, perr := producer.ParseTenantFreshRate(v)

@@ -39,7 +39,8 @@ func (s *Server) metricsHandler() http.Handler {
 // subscribers: it reads the namespace's totals (worker.ReadTotals), a few
 // index cardinalities, the queues, and the counters of the subscribers
 // marked for metrics (Subscriber.Metrics), at most
-// Config.MetricsMaxSubscribers of them. It never lists the subscribers.
+// Config.MetricsMaxSubscribers of them, and of the tenants listed
+// (Config.MetricsTenants). It never lists the subscribers or the tenants.
 type hooklaneCollector struct{ s *Server }
 
 func (c *hooklaneCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -74,8 +75,12 @@ func (c *hooklaneCollector) collect(ctx context.Context, ch chan<- prometheus.Me
 	var marked *redis.StringSliceCmd
 	var nMarked, nSubs, nPaused, nOpen *redis.IntCmd
 	var nCooling *redis.Cmd
+	tenantTotals := make([]*redis.MapStringStringCmd, len(s.cfg.MetricsTenants))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		totals = p.HGetAll(ctx, keys.Totals())
+		for i, t := range s.cfg.MetricsTenants {
+			tenantTotals[i] = p.HGetAll(ctx, keys.TenantTotals(t))
+		}
 		counters = p.HGetAll(ctx, keys.Counters())
 		nSubs = p.ZCard(ctx, keys.SubscriberIDs())
 		nPaused = p.SCard(ctx, keys.PausedIndex())
@@ -90,7 +95,10 @@ func (c *hooklaneCollector) collect(ctx context.Context, ch chan<- prometheus.Me
 	if err != nil {
 		return err
 	}
-	emitCounts(ch, worker.ParseCounts(totals.Val()))
+	emitCounts(ch, aggregateDescs, worker.ParseCounts(totals.Val()))
+	for i, t := range s.cfg.MetricsTenants {
+		emitCounts(ch, tenantDescs, worker.ParseCounts(tenantTotals[i].Val()), t)
+	}
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -148,7 +156,7 @@ func (c *hooklaneCollector) collectMarked(ctx context.Context, ch chan<- prometh
 	}
 	now := timeCmd.Val()
 	for i, id := range ids {
-		emitCounts(ch, worker.ParseCounts(stats[i].Val()), id)
+		emitCounts(ch, subscriberDescs, worker.ParseCounts(stats[i].Val()), id)
 		gauge := func(d *prometheus.Desc, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, id)
 		}
@@ -194,13 +202,9 @@ func (c *hooklaneCollector) collectQueues(ch chan<- prometheus.Metric, keys task
 }
 
 // emitCounts emits the counter series of one counters hash (worker.ReadStats'
-// fields): the namespace's totals without sub, one marked subscriber's
-// with it.
-func emitCounts(ch chan<- prometheus.Metric, st map[string]int64, sub ...string) {
-	d := aggregateDescs
-	if len(sub) > 0 {
-		d = subscriberDescs
-	}
+// fields) with d's names: the namespace's totals without sub, one marked
+// subscriber's or listed tenant's with its name.
+func emitCounts(ch chan<- prometheus.Metric, d countDescs, st map[string]int64, sub ...string) {
 	counter := func(desc *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), append(sub[:len(sub):len(sub)], labels...)...)
 	}

@@ -35,6 +35,7 @@ func newCountDescs(prefix, whose, since string, labels ...string) countDescs {
 var (
 	aggregateDescs  = newCountDescs("", ", every subscriber together", "since the namespace's first delivery")
 	subscriberDescs = newCountDescs("subscriber_", " of a subscriber marked for metrics", "since the subscriber was created", "subscriber")
+	tenantDescs     = newCountDescs("tenant_", " of a tenant listed in HOOKLANE_METRICS_TENANTS, every subscriber of its together", "since its first delivery", "tenant")
 
 	descUp           = desc("redis_up", "1 when the last scrape could read hooklane's state from Redis.")
 	descSubscribers  = desc("subscribers", "Subscribers.")
@@ -61,6 +62,8 @@ var allDescs = []*prometheus.Desc{
 	aggregateDescs.dead, aggregateDescs.latency, aggregateDescs.lateness,
 	subscriberDescs.deliveries, subscriberDescs.responses, subscriberDescs.throttled, subscriberDescs.deferrals,
 	subscriberDescs.dead, subscriberDescs.latency, subscriberDescs.lateness,
+	tenantDescs.deliveries, tenantDescs.responses, tenantDescs.throttled, tenantDescs.deferrals,
+	tenantDescs.dead, tenantDescs.latency, tenantDescs.lateness,
 	descUp, descSubscribers, descPausedCount, descCoolingCount, descOpenCount, descMarked, descMaxMarked,
 	descInFlight, descPaused, descBreaker, descEffective, descCooldown, descOldest, descRetryWait, descScheduled, descDropped, descRescued, descOperator,
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,12 +36,14 @@ type totals struct {
 	stats *Stats
 
 	mu       sync.Mutex
-	counts   map[string]int64 // Totals field → not yet written
-	counters map[string]int64 // Counters field → not yet written
-	cool     map[string]int64 // subscriber → latest cooldown end, Unix ms in Redis' clock
+	counts   map[string]int64            // Totals field → not yet written
+	tenants  map[string]map[string]int64 // registered tenant → its TenantTotals field → not yet written
+	counters map[string]int64            // Counters field → not yet written
+	cool     map[string]int64            // subscriber → latest cooldown end, Unix ms in Redis' clock
 	// pending is the flush sent whose reply did not come back, sent again
-	// before anything newer.
-	pending []any
+	// before anything newer: its tenants' keys and the script's arguments.
+	pending     []any
+	pendingKeys []string
 	// id and seq name each flush, so that one sent twice (its reply lost,
 	// and go-redis or the next flush sending it again) is added once.
 	id  string
@@ -55,7 +58,7 @@ type totals struct {
 const totalsFlush = time.Second
 
 func newTotals(rdb redis.UniversalClient, keys tasks.Keys, log *slog.Logger, stats *Stats) *totals {
-	return &totals{rdb: rdb, keys: keys, log: log, stats: stats, counts: map[string]int64{}, counters: map[string]int64{},
+	return &totals{rdb: rdb, keys: keys, log: log, stats: stats, counts: map[string]int64{}, tenants: map[string]map[string]int64{}, counters: map[string]int64{},
 		cool: map[string]int64{}, id: limits.NewToken(), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -66,6 +69,24 @@ func (t *totals) add(field string, n int64) {
 	}
 	t.mu.Lock()
 	t.counts[field] += n
+	t.mu.Unlock()
+}
+
+// addFor counts n more of field for stored subscriber sub: in the totals,
+// and in its tenant's (a registered tenant's: tasks.Keys.TenantTotals).
+func (t *totals) addFor(sub, field string, n int64) {
+	if t == nil || n == 0 {
+		return
+	}
+	tenant := tasks.TenantOf(sub)
+	t.mu.Lock()
+	t.counts[field] += n
+	if tenant != tasks.DefaultTenant {
+		if t.tenants[tenant] == nil {
+			t.tenants[tenant] = map[string]int64{}
+		}
+		t.tenants[tenant][field] += n
+	}
 	t.mu.Unlock()
 }
 
@@ -128,9 +149,9 @@ func (t *totals) flush(ctx context.Context) {
 	for range 2 { // a retry, then what was summed meanwhile
 		t.mu.Lock()
 		if t.pending == nil {
-			t.pending = t.take()
+			t.pending, t.pendingKeys = t.take()
 		}
-		args, cool := t.pending, t.cool
+		args, tkeys, cool := t.pending, t.pendingKeys, t.cool
 		t.cool = map[string]int64{}
 		t.mu.Unlock()
 		if args == nil && len(cool) == 0 {
@@ -138,7 +159,7 @@ func (t *totals) flush(ctx context.Context) {
 		}
 		_, err := t.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			if args != nil {
-				flushScript.Eval(ctx, p, []string{t.keys.Totals(), t.keys.TotalsFlushes(), t.keys.Counters()}, args...)
+				flushScript.Eval(ctx, p, append([]string{t.keys.Totals(), t.keys.TotalsFlushes(), t.keys.Counters()}, tkeys...), args...)
 			}
 			if len(cool) > 0 {
 				cargs := make([]any, 0, 2*len(cool))
@@ -159,7 +180,7 @@ func (t *totals) flush(ctx context.Context) {
 			t.log.Warn("could not add to the namespace's totals; will retry", "err", err)
 			return
 		}
-		t.pending = nil
+		t.pending, t.pendingKeys = nil, nil
 		t.mu.Unlock()
 		if !retry {
 			return
@@ -169,10 +190,11 @@ func (t *totals) flush(ctx context.Context) {
 }
 
 // take names the sums not yet sent as the next flush and empties them: the
-// flush script's arguments, or nil when there are none. t.mu is held.
-func (t *totals) take() []any {
+// flush script's arguments and its tenants' keys, or nil when there are
+// none. t.mu is held.
+func (t *totals) take() ([]any, []string) {
 	if len(t.counts) == 0 && len(t.counters) == 0 {
-		return nil
+		return nil, nil
 	}
 	t.seq++
 	args := []any{t.id, t.seq}
@@ -182,20 +204,29 @@ func (t *totals) take() []any {
 	for f, n := range t.counters {
 		args = append(args, "c", f, n)
 	}
-	t.counts, t.counters = make(map[string]int64, len(t.counts)), map[string]int64{}
-	return args
+	var keys []string
+	for tenant, fs := range t.tenants {
+		keys = append(keys, t.keys.TenantTotals(tenant))
+		at := strconv.Itoa(3 + len(keys)) // its key's index
+		for f, n := range fs {
+			args = append(args, at, f, n)
+		}
+	}
+	t.counts, t.counters, t.tenants = make(map[string]int64, len(t.counts)), map[string]int64{}, map[string]map[string]int64{}
+	return args, keys
 }
 
 // KEYS: 1 the totals, 2 the flushes written (hash: process → its last
-// flush's number), 3 the namespace counters. ARGV: 1 the process, 2 the
-// flush's number, then "t" (a totals field) or "c" (a counter) and its
-// increment, …. A flush this process wrote already adds nothing; a later
-// one adds its own and the unwritten ones merged into it.
+// flush's number), 3 the namespace counters, then tenants' totals. ARGV: 1
+// the process, 2 the flush's number, then "t" (a totals field), "c" (a
+// counter) or a tenant's key's index, a field and its increment, …. A
+// flush this process wrote already adds nothing; a later one adds its own
+// and the unwritten ones merged into it.
 var flushScript = redis.NewScript(`
 if tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') >= tonumber(ARGV[2]) then return 0 end
 for i = 3, #ARGV, 3 do
   local key = KEYS[1]
-  if ARGV[i] == 'c' then key = KEYS[3] end
+  if ARGV[i] == 'c' then key = KEYS[3] elseif ARGV[i] ~= 't' then key = KEYS[tonumber(ARGV[i])] end
   redis.call('HINCRBY', key, ARGV[i + 1], ARGV[i + 2])
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])

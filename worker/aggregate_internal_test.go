@@ -69,6 +69,8 @@ func TestTotalsFlushIsAddedOnce(t *testing.T) {
 	}
 	tot.count(DroppedDeleted, 2)
 	tot.cooling("ended", time.Now().Add(-time.Second)) // not listed: over
+	tot.addFor("acme/s1", "delivered", 7) // a tenant's: its own hash too
+	tot.addFor("s1", "delivered", 1)      // the default tenant's: the totals only
 
 	lose.on.Store(true)
 	tot.flush(ctx) // written, but the worker does not know
@@ -77,15 +79,22 @@ func TestTotalsFlushIsAddedOnce(t *testing.T) {
 		t.Fatal("a flush without its reply was not counted as an error")
 	}
 	tot.add("delivered", 5)
+	tot.addFor("acme/s2", "http:200", 2)
 	before := testkit.CommandCalls(t, rdb)
 	tot.flush(ctx) // the lost one again, then the 5
 	after := testkit.CommandCalls(t, rdb)
-	if n := after["hincrby"] - before["hincrby"]; n != 1 {
-		t.Errorf("the retry and the next flush sent %d HINCRBY; want 1 (the retry adds nothing)", n)
+	if n := after["hincrby"] - before["hincrby"]; n != 3 {
+		t.Errorf("the retry and the next flush sent %d HINCRBY; want 3 (the retry adds nothing)", n)
 	}
 	got, err := readCounts(ctx, rdb, keys.Totals())
-	if err != nil || got["delivered"] != 10_005 || got["http:200"] != 10_000 || got["e2e_sum_ms"] != 30_000 {
-		t.Fatalf("totals %v (%v); want delivered 10005, http:200 10000, e2e_sum_ms 30000", got, err)
+	if err != nil || got["delivered"] != 10_013 || got["http:200"] != 10_002 || got["e2e_sum_ms"] != 30_000 {
+		t.Fatalf("totals %v (%v); want delivered 10013, http:200 10002, e2e_sum_ms 30000", got, err)
+	}
+	if acme, err := readCounts(ctx, rdb, keys.TenantTotals("acme")); err != nil || acme["delivered"] != 7 || acme["http:200"] != 2 || len(acme) != 2 {
+		t.Fatalf("tenant acme's totals %v (%v); want delivered 7, http:200 2", acme, err)
+	}
+	if n := rdb.Exists(ctx, keys.TenantTotals(tasks.DefaultTenant)).Val(); n != 0 {
+		t.Fatal("the default tenant has a totals hash of its own")
 	}
 	if c, err := readCounts(ctx, rdb, keys.Counters()); err != nil || c[DroppedDeleted] != 2 {
 		t.Fatalf("counters %v (%v); want dropped:deleted 2", c, err)

@@ -276,7 +276,7 @@ func (h *handler) finish(ctx context.Context, r *run, o outcome) error {
 		h.index(ctx, h.keys.PausedIndex(), r.sub, true) // /metrics' paused count
 	}
 	for f, n := range o.Counters {
-		h.totals.add(f, n)
+		h.totals.addFor(r.sub, f, n)
 	}
 	switch o.Kind {
 	case limits.OutcomeDelivered:
