@@ -253,3 +253,19 @@ func TestPortalPublicURL(t *testing.T) {
 		t.Errorf("link %s: want it on HOOKLANE_PUBLIC_URL", link)
 	}
 }
+
+// A portal's test events are publishes of its tenant's: its ingest limit
+// refuses them past it (429 with Retry-After), as on the API.
+func TestPortalTestEventsCountAgainstTheTenant(t *testing.T) {
+	b := setup(t, nil)
+	b.call(t, "PUT", "/v1/tenants/a", map[string]any{"ingest_rate": 1})
+	b.call(t, "PUT", "/v1/tenants/a/subscribers/s1", map[string]any{"url": "http://127.0.0.1:9/a-hook"})
+	_, ck := b.openPortal(t, "a")
+	if p := b.portalPost(t, ck, "/console/subscribers/s1", "/console/subscribers/s1/test", nil); p.status != http.StatusSeeOther {
+		t.Fatalf("a test event in a's portal: %d %s", p.status, p.body)
+	}
+	p := b.portalPost(t, ck, "/console/subscribers/s1", "/console/subscribers/s1/test", nil)
+	if p.status != http.StatusTooManyRequests || p.header.Get("Retry-After") == "" || !strings.Contains(p.body, "tenant a") {
+		t.Fatalf("a second test event at once, past a's ingest rate of 1: %d %v %s; want 429 with Retry-After", p.status, p.header, p.body)
+	}
+}
