@@ -69,8 +69,8 @@ func TestTotalsFlushIsAddedOnce(t *testing.T) {
 	}
 	tot.count(DroppedDeleted, 2)
 	tot.cooling("ended", time.Now().Add(-time.Second)) // not listed: over
-	tot.addFor("acme/s1", "delivered", 7) // a tenant's: its own hash too
-	tot.addFor("s1", "delivered", 1)      // the default tenant's: the totals only
+	tot.addFor("acme/s1", "delivered", 7)              // a tenant's: its own hash too
+	tot.addFor("s1", "delivered", 1)                   // the default tenant's: the totals only
 
 	lose.on.Store(true)
 	tot.flush(ctx) // written, but the worker does not know
