@@ -96,7 +96,7 @@ $(LINTERS):
 		@stoplight/spectral-cli@$(SPECTRAL_VERSION) @redocly/cli@$(REDOCLY_VERSION)
 	touch $@
 
-bench: redis-server build ## load harness (deploy/BENCHMARKS.md), ~10 min; scale with BENCH_FLAGS='-scale 2 -hold 60s'
+bench: redis-server build ## load harness (deploy/BENCHMARKS.md), ~8 min; scale with BENCH_FLAGS='-scale 2 -hold 60s'
 	.hooklane/bin/hooklane bench -out .hooklane/bench $(BENCH_FLAGS)
 
 bench-deferral: redis-server ## deferral benchmark: 5,000 events to one subscriber at 100/s
