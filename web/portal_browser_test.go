@@ -4,12 +4,14 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/hooklane/hooklane/deploy/testkit"
+	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/worker"
 )
@@ -23,6 +25,12 @@ func TestPortalInABrowser(t *testing.T) {
 	testkit.Heavy(t, "a browser")
 	b := setup(t, &worker.Config{})
 	aSink, bSink := testkit.NewSink(t, nil), testkit.NewSink(t, nil)
+	var healthy atomic.Bool
+	flaky := testkit.NewSink(t, func(w http.ResponseWriter, _ int) {
+		if !healthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
 	for tenant, subs := range map[string]map[string]string{
 		"a": {"orders": aSink.URL, "billing": aSink.URL},
 		"b": {"orders": bSink.URL, "b-only": bSink.URL},
@@ -34,6 +42,11 @@ func TestPortalInABrowser(t *testing.T) {
 			}
 		}
 	}
+	if r := b.call(t, "PUT", "/v1/tenants/a/subscribers/flaky", map[string]any{"url": flaky.URL, "event_types": []string{"invoice.*"},
+		"max_attempts": 1}); r.status != http.StatusCreated {
+		t.Fatalf("PUT a's flaky: %d %s", r.status, r.body)
+	}
+	b.call(t, "POST", "/v1/tenants/a/events", `{"id":"inv_1","type":"invoice.created","data":{"invoice":1}}`)
 	if r := b.call(t, "POST", "/v1/tenants/a/events", `{"id":"ord_1","type":"order.created","data":{"order":1}}`); r.status != http.StatusAccepted {
 		t.Fatalf("publish a's ord_1: %d %s", r.status, r.body)
 	}
@@ -90,20 +103,72 @@ func TestPortalInABrowser(t *testing.T) {
 		}
 		return false
 	})
+	// rotate a's orders' secret: shown once, b's untouched
+	ta, tb := b.tenantProducer(t, "a"), b.tenantProducer(t, "b")
+	ctx := context.Background()
+	aBefore, _ := ta.GetSubscriber(ctx, "orders")
+	bBefore, _ := tb.GetSubscriber(ctx, "orders")
+	br.open(t, b.srv.URL+"/console/subscribers/orders")
+	if st, _ := br.click(t, "#rotate"); st != http.StatusOK || !strings.Contains(br.text(t, "main"), "whsec_") {
+		t.Fatalf("rotate in the portal: %d\n%s", st, br.text(t, "main"))
+	}
+	aAfter, _ := ta.GetSubscriber(ctx, "orders")
+	bAfter, _ := tb.GetSubscriber(ctx, "orders")
+	if aAfter.Secrets[0] == aBefore.Secrets[0] || bAfter.Secrets[0] != bBefore.Secrets[0] {
+		t.Fatal("rotate in a's portal: want a's orders' secret new, b's as it was")
+	}
+	// resend a's ord_1 from its delivery page
+	sent := func() int {
+		n := 0
+		for _, g := range aSink.Got() {
+			if g.ID == "ord_1" {
+				n++
+			}
+		}
+		return n
+	}
+	before := sent() // orders' and billing's
+	br.open(t, b.srv.URL+"/console/subscribers/orders/deliveries/ord_1")
+	if st, _ := br.click(t, "#resend"); st != http.StatusOK || !strings.Contains(br.text(t, ".flash"), "Sent again") {
+		t.Fatalf("resend in the portal: %d", st)
+	}
+	testkit.Eventually(t, 15*time.Second, "ord_1 sent again", func() bool { return sent() == before+1 })
+	// replay a's dead letter once its endpoint is back
+	testkit.Eventually(t, 15*time.Second, "a's inv_1 dead", func() bool {
+		r := b.callRaw(t, "GET", "/v1/tenants/a/subscribers/flaky/deliveries/inv_1", nil, bearer)
+		return r.status == 200 && r.json(t)["state"] == tasks.StateDead
+	})
+	healthy.Store(true)
+	br.open(t, b.srv.URL+"/console/subscribers/flaky")
+	if st, loc := br.click(t, `tr[data-task="flaky:inv_1"] button`); st != http.StatusOK || !strings.HasSuffix(loc, "/console/subscribers/flaky/replay") {
+		t.Fatalf("replay in the portal: %d at %s", st, loc)
+	}
+	testkit.Eventually(t, 15*time.Second, "a's inv_1 replayed and delivered", func() bool { return flaky.Count() == 2 })
 	if bSink.Count() != 0 {
 		t.Errorf("b's endpoints got %d requests from a's portal", bSink.Count())
 	}
 
-	// a new endpoint of a's, through the form, within a's caps
-	br.open(t, b.srv.URL+"/console/create/subscriber")
-	if err := chromedp.Do(br.ctx,
-		chromedp.SetValue(chromedp.CSS(`#subscriber-form input[name="id"]`), "shipping"),
-		chromedp.SetValue(chromedp.CSS(`#subscriber-form input[name="url"]`), aSink.URL+"/shipping"),
-	); err != nil {
-		t.Fatal(err)
+	// a new endpoint of a's, through the form, within a's caps: its three
+	// endpoints hold the 30 in flight a's operator allows, so the form says
+	// so; with the cap raised it is created
+	create := func() (int64, string) {
+		br.open(t, b.srv.URL+"/console/create/subscriber")
+		if err := chromedp.Do(br.ctx,
+			chromedp.SetValue(chromedp.CSS(`#subscriber-form input[name="id"]`), "shipping"),
+			chromedp.SetValue(chromedp.CSS(`#subscriber-form input[name="url"]`), aSink.URL+"/shipping"),
+		); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := br.click(t, "#save")
+		return st, br.text(t, "main")
 	}
-	if st, _ := br.click(t, "#save"); st != http.StatusOK || !strings.Contains(br.text(t, "main"), "whsec_") {
-		t.Fatalf("create an endpoint in the portal: %d\n%s", st, br.text(t, "main"))
+	if st, page := create(); st != http.StatusUnprocessableEntity || !strings.Contains(page, "allows 30 in flight") {
+		t.Fatalf("create past a's in-flight cap in the portal: %d\n%s", st, page)
+	}
+	br.shot(t, "portal-capped")
+	b.call(t, "PUT", "/v1/tenants/a", map[string]any{"max_rate": 20, "max_in_flight": 40})
+	if st, page := create(); st != http.StatusOK || !strings.Contains(page, "whsec_") {
+		t.Fatalf("create an endpoint in the portal: %d\n%s", st, page)
 	}
 	if r := b.call(t, "GET", "/v1/tenants/a/subscribers/shipping", nil); r.status != 200 {
 		t.Errorf("the portal's new endpoint is not a's: %d", r.status)
@@ -122,7 +187,6 @@ func TestPortalInABrowser(t *testing.T) {
 	}
 	br.shot(t, "portal-refused")
 	expired := b.call(t, "POST", "/v1/tenants/a/portal", nil).json(t)["url"].(string)
-	ctx := context.Background()
 	for _, k := range b.rdb.Keys(ctx, tasks.Keys(b.ns).PortalLink("*")).Val() {
 		b.rdb.PExpire(ctx, k, time.Millisecond)
 	}
@@ -136,4 +200,14 @@ func TestPortalInABrowser(t *testing.T) {
 	if msgs := append(br.messages("Content Security Policy"), br.messages("Uncaught")...); len(msgs) > 0 {
 		t.Errorf("the portal's pages: %v", msgs)
 	}
+}
+
+// tenantProducer is b's Producer for tenant name.
+func (b *bundle) tenantProducer(t *testing.T, name string) *producer.Producer {
+	t.Helper()
+	p, err := b.p.Tenant(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
