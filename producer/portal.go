@@ -20,7 +20,8 @@ import (
 // is usable once and lives at most MaxPortalLife; opening it starts a
 // session (a cookie's secret) that ends when the link would have. Both
 // are kept in Redis by their secret's SHA-256 only, so every web process
-// knows them and a Redis dump holds no usable secret.
+// knows them and a Redis dump holds no usable secret, and both end by
+// their keys' TTL: Redis' clock alone.
 
 // MaxPortalLife is the longest a portal link, and the session it opens,
 // lives.
@@ -67,15 +68,23 @@ func (p *Producer) RedeemPortalLink(ctx context.Context, link string) (string, P
 	if !strings.HasPrefix(link, PortalLinkPrefix) {
 		return "", PortalGrant{}, ErrUnknownPortal
 	}
-	v, err := p.rdb.GetDel(ctx, p.keys.PortalLink(tokenDigest(link))).Result()
+	// Its time left and its grant, read and deleted at once: the session
+	// gets the link's TTL, in Redis' clock.
+	key := p.keys.PortalLink(tokenDigest(link))
+	var ttl *redis.DurationCmd
+	var get *redis.StringCmd
+	_, err := p.rdb.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+		ttl, get = pl.PTTL(ctx, key), pl.GetDel(ctx, key)
+		return nil
+	})
 	if errors.Is(err, redis.Nil) {
 		return "", PortalGrant{}, ErrUnknownPortal
 	}
 	if err != nil {
 		return "", PortalGrant{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
+	v, left := get.Val(), ttl.Val()
 	g, ok := parseGrant(v)
-	left := time.Until(g.Expires)
 	if !ok || left <= 0 {
 		return "", PortalGrant{}, ErrUnknownPortal
 	}
@@ -90,8 +99,9 @@ func (p *Producer) RedeemPortalLink(ctx context.Context, link string) (string, P
 	return secret, g, nil
 }
 
-// PortalSession returns the grant of a live session's secret, whose
-// tenant is still registered.
+// PortalSession returns the grant of a live session's secret (whether its
+// tenant is still registered is the caller's to check: web keeps its
+// tenants' records a second).
 func (p *Producer) PortalSession(ctx context.Context, secret string) (PortalGrant, error) {
 	if !strings.HasPrefix(secret, PortalSessionPrefix) {
 		return PortalGrant{}, ErrUnknownPortal
@@ -104,11 +114,8 @@ func (p *Producer) PortalSession(ctx context.Context, secret string) (PortalGran
 		return PortalGrant{}, fmt.Errorf("%w: %v", ErrRedisUnavailable, err)
 	}
 	g, ok := parseGrant(v)
-	if !ok || !time.Now().Before(g.Expires) {
+	if !ok {
 		return PortalGrant{}, ErrUnknownPortal
-	}
-	if _, err := p.GetTenant(ctx, g.Tenant); err != nil {
-		return PortalGrant{}, portalTenantErr(err)
 	}
 	return g, nil
 }

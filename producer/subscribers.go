@@ -57,7 +57,17 @@ func (p *Producer) UpsertSubscriber(ctx context.Context, s tasks.Subscriber) (ta
 	if err != nil {
 		return probe, false, err
 	}
-	left := func() (int, error) { return p.inFlightLeft(ctx, t.MaxInFlight, p.sid(s.ID)) }
+	var inFlight *int // what the tenant's other subscribers leave: read once, if at all
+	left := func() (int, error) {
+		if inFlight == nil {
+			n, err := p.inFlightLeft(ctx, t.MaxInFlight, p.sid(s.ID))
+			if err != nil {
+				return 0, err
+			}
+			inFlight = &n
+		}
+		return *inFlight, nil
+	}
 	if s, err = t.fill(s, left); err != nil {
 		return probe, false, err
 	}

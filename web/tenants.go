@@ -33,24 +33,35 @@ type TenantRequest struct {
 	RetryHorizon   string `json:"retry_horizon,omitempty"`
 }
 
-// Tenant is a tenant as the API shows it.
+// settings are r's as the producer takes them.
+func (r TenantRequest) settings() (producer.TenantSettings, error) {
+	var horizon time.Duration
+	if r.RetryHorizon != "" {
+		d, err := parseDuration(r.RetryHorizon)
+		if err != nil {
+			return producer.TenantSettings{}, apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon",
+				"want a duration such as 90s or 24h, got %s", quoted(r.RetryHorizon))
+		}
+		horizon = d
+	}
+	return producer.TenantSettings{IngestRate: r.IngestRate, IngestBurst: r.IngestBurst, MaxSubscribers: r.MaxSubscribers,
+		MaxRate: r.MaxRate, MaxInFlight: r.MaxInFlight, MaxAttempts: r.MaxAttempts, RetryHorizon: tasks.Duration(horizon)}, nil
+}
+
+// Tenant is a tenant as the API shows it: its name, when it was
+// registered, and its settings as a PUT gives them.
 type Tenant struct {
-	Name           string     `json:"name"`
-	CreatedAt      *time.Time `json:"created_at,omitempty"` // none for the default tenant
-	IngestRate     int        `json:"ingest_rate,omitempty"`
-	IngestBurst    int        `json:"ingest_burst,omitempty"`
-	MaxSubscribers int        `json:"max_subscribers,omitempty"`
-	MaxRate        int        `json:"max_rate,omitempty"`
-	MaxInFlight    int        `json:"max_in_flight,omitempty"`
-	MaxAttempts    int        `json:"max_attempts,omitempty"`
-	RetryHorizon   string     `json:"retry_horizon,omitempty"`
+	Name      string     `json:"name"`
+	CreatedAt *time.Time `json:"created_at,omitempty"` // none for the default tenant
+	TenantRequest
 }
 
 func tenantOf(t producer.TenantInfo) Tenant {
-	out := Tenant{Name: t.Name, IngestRate: t.IngestRate, IngestBurst: t.IngestBurst, MaxSubscribers: t.MaxSubscribers,
-		MaxRate: t.MaxRate, MaxInFlight: t.MaxInFlight, MaxAttempts: t.MaxAttempts}
-	if t.RetryHorizon > 0 {
-		out.RetryHorizon = isoDuration(time.Duration(t.RetryHorizon))
+	s := t.TenantSettings
+	out := Tenant{Name: t.Name, TenantRequest: TenantRequest{IngestRate: s.IngestRate, IngestBurst: s.IngestBurst,
+		MaxSubscribers: s.MaxSubscribers, MaxRate: s.MaxRate, MaxInFlight: s.MaxInFlight, MaxAttempts: s.MaxAttempts}}
+	if s.RetryHorizon > 0 {
+		out.RetryHorizon = isoDuration(time.Duration(s.RetryHorizon))
 	}
 	if !t.CreatedAt.IsZero() {
 		c := t.CreatedAt
@@ -177,19 +188,13 @@ func (s *Server) putTenant(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	var horizon time.Duration
-	if req.RetryHorizon != "" {
-		d, err := parseDuration(req.RetryHorizon)
-		if err != nil {
-			return apiErr(http.StatusUnprocessableEntity, "invalid", "retry_horizon", "want a duration such as 90s or 24h, got %s", quoted(req.RetryHorizon))
-		}
-		horizon = d
+	settings, err := req.settings()
+	if err != nil {
+		return err
 	}
 	name := r.PathValue("tenant")
 	s.tenants.forget(name) // its new settings, here at once
-	t, created, err := s.p.PutTenant(r.Context(), name, producer.TenantSettings{IngestRate: req.IngestRate,
-		IngestBurst: req.IngestBurst, MaxSubscribers: req.MaxSubscribers, MaxRate: req.MaxRate, MaxInFlight: req.MaxInFlight,
-		MaxAttempts: req.MaxAttempts, RetryHorizon: tasks.Duration(horizon)})
+	t, created, err := s.p.PutTenant(r.Context(), name, settings)
 	if err != nil {
 		return err
 	}

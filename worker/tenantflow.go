@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -51,7 +52,7 @@ func (f *tenantFlows) flooding(ctx context.Context, id string) bool {
 	f.mu.Unlock()
 	if !ok || time.Since(s.at) > flowFresh {
 		n, err := f.rdb.Get(ctx, f.keys.TenantFlow(tenant)).Int64()
-		if err != nil && err != redis.Nil {
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return false // a lane, not a guarantee: as if not flooding
 		}
 		s = f.seen(tenant, n)
