@@ -64,16 +64,18 @@ if h[1] and not h[2] and compare then
   h[2] = digest
 end
 if h[1] and compare and h[2] ~= ARGV[2] then return {'conflict', ''} end
-if not h[1] then
-  redis.call('HSET', KEYS[1], 'b', ARGV[1], 'p', now, 's', '', 'h', ARGV[2])
-  h = {ARGV[1], ARGV[2], ''}
-end
 local subs, seen, changed = h[3] or '', {}, false
 for s in string.gmatch(subs, '%S+') do seen[s] = true end
 for i = 6, #ARGV do
   if not seen[ARGV[i]] then
     subs, seen[ARGV[i]], changed = subs .. ' ' .. ARGV[i], true, true
   end
+end
+if not h[1] then
+  -- a new event: one write, and a key without a lifetime yet
+  redis.call('HSET', KEYS[1], 'b', ARGV[1], 'p', now, 's', subs, 'h', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return {'ok', ''}
 end
 if changed then redis.call('HSET', KEYS[1], 's', subs) end
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end

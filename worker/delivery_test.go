@@ -151,6 +151,17 @@ func TestRateLimitHolds(t *testing.T) {
 	if err != nil || st["delivered"] != n || hist+st["e2e:+Inf"] != n {
 		t.Fatalf("counters %v, %v; want %d delivered, all in the e2e histogram", st, err, n)
 	}
+	// Due when published: each latency written once, in the "el" fields
+	// (read in both histograms), not in four.
+	raw := b.rdb.HGetAll(context.Background(), tasks.Keys(b.ns).Stats("s")).Val()
+	for f := range raw {
+		if strings.HasPrefix(f, "e2e") || strings.HasPrefix(f, "late") {
+			t.Fatalf("stats hold %s for deliveries due when published: %v", f, raw)
+		}
+	}
+	if st["late_sum_ms"] != st["e2e_sum_ms"] || raw["el_sum_ms"] == "" {
+		t.Fatalf("stats %v (raw %v): want the late histogram the e2e one, from the el fields", st, raw)
+	}
 }
 
 func testRetryAfter(t *testing.T, header func(received time.Time) (value string, deadline time.Time)) {

@@ -55,11 +55,7 @@ func (h *handler) outcomeOf(ctx context.Context, r *run, sub *tasks.Subscriber, 
 		o.Kind, o.DeliveredAt, o.Answered = limits.OutcomeDelivered, resp.received, true
 		due := r.adm.Due
 		o.Counters["delivered"]++
-		e2e, late := resp.received.Sub(r.adm.Published), resp.received.Sub(due)
-		o.Counters[bucket("e2e", e2e)]++
-		o.Counters[bucket("late", late)]++
-		o.Counters["e2e_sum_ms"] += e2e.Milliseconds()
-		o.Counters["late_sum_ms"] += late.Milliseconds()
+		countLatency(o.Counters, resp.received.Sub(r.adm.Published), resp.received.Sub(due))
 		h.log.Debug("delivered", "subscriber_id", r.sub, "event_id", r.event, "status", resp.status,
 			"latency_ms", resp.latency.Milliseconds())
 		return o

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -111,6 +112,25 @@ func bucket(h string, d time.Duration) string {
 	return h + ":+Inf"
 }
 
+// countLatency counts a delivery's latency from its publish (e2e) and from
+// its due time (late) in counters. A delivery due when published (most
+// are) has the two alike, counted once in the "el" fields, which
+// ParseCounts counts in both: two fields written instead of four.
+func countLatency(counters map[string]int64, e2e, late time.Duration) {
+	if e2e == late {
+		counters[bucket(histBoth, e2e)]++
+		counters[histBoth+"_sum_ms"] += e2e.Milliseconds()
+		return
+	}
+	counters[bucket("e2e", e2e)]++
+	counters[bucket("late", late)]++
+	counters["e2e_sum_ms"] += e2e.Milliseconds()
+	counters["late_sum_ms"] += late.Milliseconds()
+}
+
+// histBoth names the fields of the latencies alike in both histograms.
+const histBoth = "el"
+
 // ReadStats returns subscriber sub's counters (tasks.Keys.Stats). Fields:
 // delivered, failed, infra_error, deferred:<gate>, dead:<reason>,
 // http:<status> per answer received (http:error when none was), and per
@@ -133,12 +153,25 @@ func readCounts(ctx context.Context, rdb redis.UniversalClient, key string) (map
 	return ParseCounts(raw), nil
 }
 
-// ParseCounts reads a counters hash.
+// ParseCounts reads a counters hash: the "el" fields (countLatency) are
+// counted in the e2e and the late histograms both.
 func ParseCounts(raw map[string]string) map[string]int64 {
 	out := make(map[string]int64, len(raw))
 	for k, v := range raw {
 		n, _ := strconv.ParseInt(v, 10, 64)
-		out[k] = n
+		h, rest, ok := strings.Cut(k, ":")
+		if !ok {
+			h, rest, ok = strings.Cut(k, "_")
+			rest = "_" + rest
+		} else {
+			rest = ":" + rest
+		}
+		if ok && h == histBoth {
+			out["e2e"+rest] += n
+			out["late"+rest] += n
+			continue
+		}
+		out[k] += n
 	}
 	return out
 }
