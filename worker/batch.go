@@ -49,13 +49,13 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 	}
 	answers := make([]error, len(d.EventIDs))
 	var wg sync.WaitGroup
-	keys := h.keys.Gates(d.SubscriberID)
+	keys, gates := h.keys.Gates(d.SubscriberID), h.gatesOf(b)
 	calls := newBatchCalls(len(d.EventIDs),
 		func(ctx context.Context, rs []limits.AdmitRequest) ([]limits.Admission, error) {
-			return h.gates.AdmitGroup(ctx, keys, rs)
+			return gates.AdmitGroup(ctx, keys, rs)
 		},
 		func(ctx context.Context, os []limits.Outcome) ([]limits.Committed, error) {
-			return h.gates.CommitGroup(ctx, keys, os)
+			return gates.CommitGroup(ctx, keys, os)
 		},
 		func(ctx context.Context, ats []time.Time) ([]struct{}, error) {
 			return make([]struct{}, len(ats)), h.gates.Notify(ctx, h.keys.Ready(h.keys.QueueRegion(b.queue)), d.SubscriberID, slices.MinFunc(ats, time.Time.Compare))

@@ -1,6 +1,10 @@
 package worker
 
-import "time"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // StopIdleLoops stops the dequeue loops after the first of each lane that
 // has run nothing for linger, as the region watch does every RegionCheck
@@ -13,3 +17,7 @@ func (w *Worker) StopIdleLoops(linger time.Duration) {
 
 // Batches is the dispatcher's grouping of a turn's hand-outs (batches).
 var Batches = batches
+
+// BacklogClient is the client the backlog lane's Servers, the dispatchers
+// and the gates outside the fresh lane share (Worker.ap).
+func (w *Worker) BacklogClient() redis.UniversalClient { return w.ap }

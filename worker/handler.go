@@ -45,26 +45,38 @@ func (h *handler) retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 }
 
 type handler struct {
-	cfg    Config
-	rdb    redis.UniversalClient
-	gates  *limits.Gates
-	keys   tasks.Keys
-	client *http.Client
-	room   *waitRoom
-	subs   *subCache
-	totals *totals // the runs' counters, for the namespace's aggregates
-	log    *slog.Logger
-	stats  *Stats
-	prod   *producer.Producer
-	flows  *tenantFlows // the tenants past their fresh rate (tenantflow.go)
-	disp   *dispatchers // told when this process frees a slot or parks a delivery
-	caps   rateCaps     // the receivers' RateLimit-Policy caps written
-	shards int
-	srvs   *atomic.Pointer[servers] // the worker's, once started: a lane handed a batch is busy (servers.handedOut)
+	cfg   Config
+	rdb   redis.UniversalClient
+	gates *limits.Gates
+	// freshGates are the gates on the fresh lane's client (Worker.fresh):
+	// a fresh-lane run's Admits and commits (gatesOf).
+	freshGates *limits.Gates
+	keys       tasks.Keys
+	client     *http.Client
+	room       *waitRoom
+	subs       *subCache
+	totals     *totals // the runs' counters, for the namespace's aggregates
+	log        *slog.Logger
+	stats      *Stats
+	prod       *producer.Producer
+	flows      *tenantFlows // the tenants past their fresh rate (tenantflow.go)
+	disp       *dispatchers // told when this process frees a slot or parks a delivery
+	caps       rateCaps     // the receivers' RateLimit-Policy caps written
+	shards     int
+	srvs       *atomic.Pointer[servers] // the worker's, once started: a lane handed a batch is busy (servers.handedOut)
 	// sending holds a place for each request under way: at most
 	// maxSending(Config), what the lanes' handler slots would send one
 	// delivery a task.
 	sending chan struct{}
+}
+
+// gatesOf are the gates run r's Admits and commits go through: its lane's
+// client's.
+func (h *handler) gatesOf(r *run) *limits.Gates {
+	if h.freshGates != nil && h.keys.QueueLane(r.queue) == tasks.LaneFresh {
+		return h.freshGates
+	}
+	return h.gates
 }
 
 // maxSending is how many requests a worker sends at once: a request per
@@ -278,7 +290,7 @@ func (h *handler) admitOnce(ctx context.Context, r *run, req limits.AdmitRequest
 	var a limits.Admission
 	var err error
 	for try, wait := 0, 100*time.Millisecond; ; try, wait = try+1, 4*wait {
-		err = fault(ctx, FaultAdmit, func() (err error) { a, err = r.admit(ctx, h.gates, req); return err })
+		err = fault(ctx, FaultAdmit, func() (err error) { a, err = r.admit(ctx, h.gatesOf(r), req); return err })
 		if err == nil || try == 2 || ctx.Err() != nil {
 			return a, err
 		}

@@ -245,7 +245,7 @@ func (h *handler) finish(ctx context.Context, r *run, o outcome) error {
 	var c limits.Committed
 	var err error
 	for try, wait := 0, 100*time.Millisecond; ; try, wait = try+1, 2*wait {
-		if err = fault(ctx, FaultCommit, func() (err error) { c, err = r.commit(ctx, h.gates, o.Outcome); return err }); err == nil ||
+		if err = fault(ctx, FaultCommit, func() (err error) { c, err = r.commit(ctx, h.gatesOf(r), o.Outcome); return err }); err == nil ||
 			try == 4 {
 			break
 		}

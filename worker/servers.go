@@ -170,7 +170,7 @@ func (s *servers) startLoop(l *laneLoops, i int) error {
 		// is nothing beside the flood's wait.
 		cfg.TaskCheckInterval = 2 * cfg.TaskCheckInterval
 	}
-	srv := asynq.NewServerFromRedisClient(s.w.ap, cfg)
+	srv := asynq.NewServerFromRedisClient(s.w.laneClient(l.lane), cfg)
 	if err := srv.Start(l); err != nil {
 		return err
 	}

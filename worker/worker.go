@@ -26,7 +26,11 @@ type Worker struct {
 	// (deploy.AutoPipeline), for asynq (the dequeues and completions of
 	// concurrent handlers go in one pipeline), the gates and the producer's
 	// hand-outs.
-	ap      redis.UniversalClient
+	ap redis.UniversalClient
+	// fresh is another such client, the fresh lane's: its asynq Servers'
+	// and its runs' Admits and commits, so that a fresh delivery's round
+	// trips never wait behind the backlog lane's batches in ap's pipeline.
+	fresh   redis.UniversalClient
 	handler asynq.Handler // runners, around the mux
 	runners *runners
 	totals  *totals
@@ -70,9 +74,13 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	w.ap = ap
+	if w.fresh, err = deploy.AutoPipeline(w.rdb); err != nil {
+		w.closeRDB()
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	keys := tasks.Keys(cfg.Namespace)
 	h := &handler{
-		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.ap), keys: keys, client: newHTTPClient(cfg),
+		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.ap), freshGates: limits.NewGates(w.fresh), keys: keys, client: newHTTPClient(cfg),
 		room: newWaitRoom(cfg.MaxWaiters, cfg.MaxWaiting), subs: newSubCache(time.Second), log: cfg.Logger, stats: &w.stats,
 		sending: make(chan struct{}, maxSending(cfg)),
 	}
@@ -95,6 +103,15 @@ func New(cfg Config) (*Worker, error) {
 	w.runners = newRunners(mux)
 	w.handler = w.runners
 	return w, nil
+}
+
+// laneClient is the client lane's asynq Servers dequeue and complete
+// with: the fresh lane's own (Worker.fresh), the backlog's ap.
+func (w *Worker) laneClient(lane string) redis.UniversalClient {
+	if lane == tasks.LaneFresh {
+		return w.fresh
+	}
+	return w.ap
 }
 
 // Run delivers until ctx is done, then shuts down gracefully: it stops
@@ -138,8 +155,10 @@ func (w *Worker) Close() error { return w.closeRDB() }
 
 func (w *Worker) closeRDB() error {
 	var err error
-	if w.ap != nil {
-		err = w.ap.Close()
+	for _, c := range []redis.UniversalClient{w.ap, w.fresh} {
+		if c != nil {
+			err = errors.Join(err, c.Close())
+		}
 	}
 	if w.ownRDB {
 		err = errors.Join(err, w.rdb.Close())
