@@ -168,8 +168,11 @@ func sentinelFailover(t *testing.T) {
 			firstOK = x.at
 		}
 	}
-	// Wait until each acknowledged event arrived, or its task is gone from
-	// Redis (lost: waiting longer will not bring it).
+	// Wait until each acknowledged event arrived, or nothing holds it any
+	// more (lost: waiting longer will not bring it): neither its task nor
+	// its delivery record on its way (parked in the subscriber's lot while
+	// the worker was away and its in-flight slots were handed out, a turn
+	// hands it out).
 	insp := asynq.NewInspectorFromRedisClient(rdb)
 	var missing []string
 	testkit.PollEvery(20*time.Second, 200*time.Millisecond, func() bool {
@@ -186,6 +189,8 @@ func sentinelFailover(t *testing.T) {
 			missing = append(missing, id)
 			if _, err := testkit.Task(insp, ns, tasks.TaskID("s", id)); !errors.Is(err, asynq.ErrTaskNotFound) {
 				settled = false // still queued somewhere (or unreadable): wait
+			} else if d, err := p.GetDelivery(ctx, "s", id); err == nil && d.State != tasks.StateDelivered && d.State != tasks.StateDead {
+				settled = false // parked: wait
 			}
 		}
 		return settled
