@@ -73,7 +73,7 @@ type handler struct {
 // gatesOf are the gates run r's Admits and commits go through: its lane's
 // client's.
 func (h *handler) gatesOf(r *run) *limits.Gates {
-	if h.freshGates != nil && h.keys.QueueLane(r.queue) == tasks.LaneFresh {
+	if h.keys.QueueLane(r.queue) == tasks.LaneFresh {
 		return h.freshGates
 	}
 	return h.gates

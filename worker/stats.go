@@ -159,14 +159,7 @@ func ParseCounts(raw map[string]string) map[string]int64 {
 	out := make(map[string]int64, len(raw))
 	for k, v := range raw {
 		n, _ := strconv.ParseInt(v, 10, 64)
-		h, rest, ok := strings.Cut(k, ":")
-		if !ok {
-			h, rest, ok = strings.Cut(k, "_")
-			rest = "_" + rest
-		} else {
-			rest = ":" + rest
-		}
-		if ok && h == histBoth {
+		if rest, ok := strings.CutPrefix(k, histBoth); ok && (rest == "_sum_ms" || strings.HasPrefix(rest, ":")) {
 			out["e2e"+rest] += n
 			out["late"+rest] += n
 			continue
