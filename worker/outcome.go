@@ -54,8 +54,7 @@ func (h *handler) outcomeOf(ctx context.Context, r *run, sub *tasks.Subscriber, 
 		o := h.base(r, &resp, tasks.StateDelivered)
 		o.Kind, o.DeliveredAt, o.Answered = limits.OutcomeDelivered, resp.received, true
 		due := r.adm.Due
-		o.Counters["delivered"]++
-		countLatency(o.Counters, resp.received.Sub(r.adm.Published), resp.received.Sub(due))
+		countDelivered(o.Counters, resp.received.Sub(r.adm.Published), resp.received.Sub(due))
 		h.log.Debug("delivered", "subscriber_id", r.sub, "event_id", r.event, "status", resp.status,
 			"latency_ms", resp.latency.Milliseconds())
 		return o

@@ -112,16 +112,19 @@ func bucket(h string, d time.Duration) string {
 	return h + ":+Inf"
 }
 
-// countLatency counts a delivery's latency from its publish (e2e) and from
-// its due time (late) in counters. A delivery due when published (most
-// are) has the two alike, counted once in the "el" fields, which
-// ParseCounts counts in both: two fields written instead of four.
-func countLatency(counters map[string]int64, e2e, late time.Duration) {
+// countDelivered counts a delivery delivered, with its latency from its
+// publish (e2e) and from its due time (late). A delivery due when
+// published (most are) has the two alike: it is counted once, in the "el"
+// fields, which ParseCounts counts in both histograms and as delivered
+// (two fields written instead of five); else as delivered and in each
+// histogram.
+func countDelivered(counters map[string]int64, e2e, late time.Duration) {
 	if e2e == late {
 		counters[bucket(histBoth, e2e)]++
 		counters[histBoth+"_sum_ms"] += e2e.Milliseconds()
 		return
 	}
+	counters["delivered"]++
 	counters[bucket("e2e", e2e)]++
 	counters[bucket("late", late)]++
 	counters["e2e_sum_ms"] += e2e.Milliseconds()
@@ -153,8 +156,9 @@ func readCounts(ctx context.Context, rdb redis.UniversalClient, key string) (map
 	return ParseCounts(raw), nil
 }
 
-// ParseCounts reads a counters hash: the "el" fields (countLatency) are
-// counted in the e2e and the late histograms both.
+// ParseCounts reads a counters hash: the "el" fields (countDelivered) are
+// counted in the e2e and the late histograms both, and each of their
+// buckets' counts as that many delivered.
 func ParseCounts(raw map[string]string) map[string]int64 {
 	out := make(map[string]int64, len(raw))
 	for k, v := range raw {
@@ -162,6 +166,9 @@ func ParseCounts(raw map[string]string) map[string]int64 {
 		if rest, ok := strings.CutPrefix(k, histBoth); ok && (rest == "_sum_ms" || strings.HasPrefix(rest, ":")) {
 			out["e2e"+rest] += n
 			out["late"+rest] += n
+			if rest != "_sum_ms" {
+				out["delivered"] += n
+			}
 			continue
 		}
 		out[k] += n
