@@ -189,15 +189,27 @@ else
   if d[1] or d[2] or d[3] or d[4] or d[5] then redis.call('DEL', k.rec) end
   redis.call('HSET', k.rec, 'g', f.gen, 't', ARGV[2], 'p', now, 'u', due, 'x', x, 'm', ARGV[6], 's', state, 'pt', ARGV[9], unpack(lane))
   redis.call('PEXPIRE', k.rec, ttl)
-  local keep = tonumber(f.lg or '0')
+  local keep, gw = tonumber(f.lg or '0'), {}
   if ttl > keep then
     keep = ttl
-    redis.call('HSET', k.gate, 'lg', keep)
+    gw = {'lg', keep}
   end
   redis.call('XADD', k.log, 'MINID', '~', now - keep, '*', 'e', ARGV[1])
-  -- lengthened 10 min further than this record needs, so that the next
-  -- bookings of those 10 min need not lengthen it again
-  if redis.call('PTTL', k.log) < ttl then redis.call('PEXPIRE', k.log, ttl + 600000) end
+  -- The log outlives this record: lengthened 10 min further than the
+  -- record needs, so that the next bookings of those 10 min need not
+  -- lengthen it again. When it ends (lx, Unix ms) is kept in the gate
+  -- record, read above: a booking looks at the log's PTTL only when lx
+  -- says it may end before the record (never shortened: the release
+  -- before lengthens it without writing lx).
+  if tonumber(f.lx or '0') < now + ttl then
+    local left = redis.call('PTTL', k.log)
+    if left < ttl then
+      left = ttl + 600000
+      redis.call('PEXPIRE', k.log, left)
+    end
+    gw[#gw + 1], gw[#gw + 2] = 'lx', now + left
+  end
+  if #gw > 0 then redis.call('HSET', k.gate, unpack(gw)) end
 end
 if where == 'lot' then
   redis.call('ZADD', k.lot, due, ARGV[1])

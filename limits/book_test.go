@@ -232,3 +232,48 @@ func TestBookParksBehindABacklogInAsynq(t *testing.T) {
 		t.Fatalf("e6 with 2 waiting in asynq and none parked: %s; want it handed out at once", w)
 	}
 }
+
+// The delivery log outlives every record booked into it, lengthened 10
+// min further than a record needs; when it ends is kept in the gate
+// record (lx), so a booking within those 10 min does not look at the
+// log's PTTL. A booking that needs longer (a delivery due later) looks and
+// lengthens it, and never shortens a log the release before lengthened
+// further without writing lx.
+func TestBookLengthensTheLogOnlyWhenARecordNeedsIt(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	const dedup, horizon, margin = time.Hour, time.Hour, 10 * time.Minute
+	b.book(t, "e1")
+	ttl := b.rdb.PTTL(ctx, b.k.Log).Val()
+	if ttl < dedup+horizon+margin-time.Minute || ttl > dedup+horizon+margin {
+		t.Fatalf("the log lives %v; want about %v (its record's %v, + 10 min)", ttl, dedup+horizon+margin, dedup+horizon)
+	}
+	lx, _ := b.rdb.HGet(ctx, b.k.Record, "lx").Int64()
+	if end := b.redisNow(t).Add(ttl); lx < end.Add(-time.Minute).UnixMilli() || lx > end.Add(time.Minute).UnixMilli() {
+		t.Fatalf("gate lx %d; want the log's end, %d", lx, end.UnixMilli())
+	}
+	// lx says the log lives long enough: a booking does not look at it (a
+	// log whose TTL was cut by hand stays cut)
+	b.rdb.PExpire(ctx, b.k.Log, time.Minute)
+	b.book(t, "e2")
+	if ttl := b.rdb.PTTL(ctx, b.k.Log).Val(); ttl > time.Minute {
+		t.Fatalf("the log lives %v after a booking within lx; want it not looked at (1m)", ttl)
+	}
+	// a delivery due in a day needs the log a day longer: looked at and
+	// lengthened, lx with it
+	b.book(t, "e3", func(bk *limits.Booking) { bk.NotBefore = time.Now().Add(24 * time.Hour) })
+	want := 24*time.Hour + dedup + horizon + margin
+	if ttl := b.rdb.PTTL(ctx, b.k.Log).Val(); ttl < want-time.Minute || ttl > want {
+		t.Fatalf("the log lives %v after a booking due in a day; want about %v", ttl, want)
+	}
+	// the release before lengthened it by a week without writing lx: a
+	// booking whose record needs more than lx says looks, and keeps the week
+	b.rdb.PExpire(ctx, b.k.Log, 7*24*time.Hour)
+	b.rdb.HSet(ctx, b.k.Record, "lx", 1)
+	b.book(t, "e4")
+	if ttl := b.rdb.PTTL(ctx, b.k.Log).Val(); ttl < 7*24*time.Hour-time.Minute {
+		t.Fatalf("the log lives %v; want the week the release before gave it, not shortened", ttl)
+	}
+	if lx, _ := b.rdb.HGet(ctx, b.k.Record, "lx").Int64(); lx < b.redisNow(t).Add(7*24*time.Hour-time.Minute).UnixMilli() {
+		t.Fatalf("gate lx %d; want the week's end", lx)
+	}
+}
