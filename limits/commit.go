@@ -258,12 +258,19 @@ local function commit(ARGV, counters)
     redis.call('HDEL', k.gate, 'b_probe', 'b_pe') -- never sent: another may probe
     soon(now)
   end
-  -- the effective rate (adaptive.go) and the in-flight pace
-  if same and (kind == 'delivered' or has('t')) then
+  -- the effective rate (adaptive.go) and the in-flight pace. A 2xx at
+  -- the full rate (no a_f) inside the current window (a_w, g[13]) only
+  -- counts in that window: adapt does nothing else for it, so it is not
+  -- called (its tables and closures, per outcome, cost more than the count)
+  local win = tonumber(ARGV[30])
+  if same and kind == 'delivered' and not has('t') and not g[8] and g[13] and now - tonumber(g[13]) < win then
+    G.an = G.an + 1
+    g[14] = (tonumber(g[14]) or 0) + 1
+  elseif same and (kind == 'delivered' or has('t')) then
     local cool = 0
     if has('t') then cool = tonumber(redis.call('GET', k.cool) or '0') end
     local p = {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]), incr = tonumber(ARGV[18]), why = ARGV[19],
-      win = tonumber(ARGV[30]), per_ms = tonumber(ARGV[31]), span = tonumber(ARGV[32])}
+      win = win, per_ms = tonumber(ARGV[31]), span = tonumber(ARGV[32])}
     p.bump = function() G.an = G.an + 1; g[14] = (tonumber(g[14]) or 0) + 1 end
     p.reset = function() G.an = 0 end
     adapt(k.gate, {unpack(g, 8, 7 + #adaptFields)}, now, kind == 'delivered', has('t'), cool, p)
