@@ -266,7 +266,8 @@ func TestBookLengthensTheLogOnlyWhenARecordNeedsIt(t *testing.T) {
 		t.Fatalf("the log lives %v after a booking due in a day; want about %v", ttl, want)
 	}
 	// the release before lengthened it by a week without writing lx: a
-	// booking whose record needs more than lx says looks, and keeps the week
+	// booking whose record may outlive lx looks at the log, and keeps the
+	// week
 	b.rdb.PExpire(ctx, b.k.Log, 7*24*time.Hour)
 	b.rdb.HSet(ctx, b.k.Record, "lx", 1)
 	b.book(t, "e4")
