@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string) error {
 		if os.Getenv("GOGC") == "" {
 			// A delivery allocates much that dies young: a collection
 			// every 200% of heap growth instead of 100% costs some MiB of
-			// memory and saves CPU (deploy/BENCHMARKS.md, "What costs what").
+			// memory and saves CPU (deploy/BENCHMARKS-HISTORY.md, "What costs what").
 			debug.SetGCPercent(200)
 		}
 		cfg, err := worker.FromEnv()
