@@ -189,7 +189,11 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 		// for it here, and for a free in-flight slot up to MaxWait.
 		req.Reserve = maxWait + pace.Lead
 	}
-	const poll = 20 * time.Millisecond
+	// The busy lane's head asks again when a slot is released here, and
+	// at most every poll: from 20ms, doubled (to 160ms) each time it asks
+	// for nothing having been released, back to 20ms once a release came.
+	const poll, pollMax = 20 * time.Millisecond, 160 * time.Millisecond
+	next := poll
 	var deadline time.Time // of the wait in the busy lane, once entered
 	var l *lane
 	head, replayed := false, false
@@ -201,6 +205,33 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 			h.room.leave(r.sub, l)
 		}
 	}()
+	// inLane waits in the busy lane for its head's place, then as its head
+	// for a release or the next poll; false: no slot by the deadline.
+	inLane := func() bool {
+		if !head && !l.lock(ctx, deadline) {
+			return false
+		}
+		head = true
+		if time.Until(deadline) < poll {
+			return false
+		}
+		freed, ok := l.waitFreed(ctx, min(next, time.Until(deadline)))
+		if next = min(2*next, pollMax); freed {
+			next = poll
+		}
+		return ok
+	}
+	if maxWait > 0 {
+		// Its destination's busy lane has runs waiting here: every slot
+		// was taken when the lane's head last asked. This one joins them
+		// without asking (an Admit that finds no slot writes nothing).
+		if l = h.room.join(r.sub); l != nil {
+			deadline = time.Now().Add(maxWait)
+			if !inLane() {
+				return h.parkBusy(ctx, r, sub)
+			}
+		}
+	}
 	for {
 		a, err := h.admitOnce(ctx, r, req)
 		if err != nil {
@@ -268,11 +299,7 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 				}
 				deadline = time.Now().Add(maxWait)
 			}
-			if !head && !l.lock(ctx, deadline) {
-				return h.parkBusy(ctx, r, sub)
-			}
-			head = true
-			if time.Until(deadline) < poll || !l.waitFreed(ctx, min(poll, time.Until(deadline))) {
+			if !inLane() {
 				return h.parkBusy(ctx, r, sub)
 			}
 		default:
@@ -290,6 +317,7 @@ func (h *handler) admitOnce(ctx context.Context, r *run, req limits.AdmitRequest
 	var a limits.Admission
 	var err error
 	for try, wait := 0, 100*time.Millisecond; ; try, wait = try+1, 4*wait {
+		h.stats.Admits.Add(1)
 		err = fault(ctx, FaultAdmit, func() (err error) { a, err = r.admit(ctx, h.gatesOf(r), req); return err })
 		if err == nil || try == 2 || ctx.Err() != nil {
 			return a, err

@@ -27,7 +27,7 @@ type waitRoom struct {
 type lane struct {
 	waiters int
 	turn    chan struct{} // holds one token while a task is the busy lane's head
-	freed   chan struct{} // a slot of the destination was released in this process
+	freed   chan struct{} // a slot of the destination was released in this process: one each (up to freedMax)
 }
 
 func newWaitRoom(perDest, all int) *waitRoom {
@@ -39,9 +39,26 @@ func newWaitRoom(perDest, all int) *waitRoom {
 func (w *waitRoom) enter(dest string) (*lane, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.take(dest, false)
+}
+
+// join takes a place for a task of dest only when dest's busy lane has
+// tasks waiting already (and room), else returns nil.
+func (w *waitRoom) join(dest string) *lane {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l, _ := w.take(dest, true)
+	return l
+}
+
+// take is enter's and join's (w.mu held).
+func (w *waitRoom) take(dest string, waiting bool) (*lane, bool) {
 	l := w.m[dest]
 	if l == nil {
-		l = &lane{turn: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
+		if waiting {
+			return nil, false
+		}
+		l = &lane{turn: make(chan struct{}, 1), freed: make(chan struct{}, freedMax)}
 		w.m[dest] = l
 	}
 	if l.waiters >= w.perDest || w.total >= w.all {
@@ -63,6 +80,11 @@ func (w *waitRoom) leave(dest string, l *lane) {
 		delete(w.m, dest)
 	}
 }
+
+// freedMax is how many releases a busy lane keeps count of: a group's
+// commit releases up to a batch's slots at once, and each lets the lane's
+// next head look at once.
+const freedMax = 64
 
 // released tells dest's busy lane, if any, that one of its slots is free.
 func (w *waitRoom) released(dest string) {
@@ -97,18 +119,19 @@ func (l *lane) lock(ctx context.Context, deadline time.Time) bool {
 
 func (l *lane) unlock() { <-l.turn }
 
-// waitFreed waits until a slot of the lane's destination is released here,
-// poll passes, or ctx is done (false).
-func (l *lane) waitFreed(ctx context.Context, poll time.Duration) bool {
+// waitFreed waits until a slot of the lane's destination is released here
+// (freed), poll passes, or ctx is done (ok false).
+func (l *lane) waitFreed(ctx context.Context, poll time.Duration) (freed, ok bool) {
 	t := time.NewTimer(poll)
 	defer t.Stop()
 	select {
 	case <-l.freed:
+		return true, true
 	case <-t.C:
+		return false, true
 	case <-ctx.Done():
-		return false
+		return false, false
 	}
-	return true
 }
 
 // sleep waits d or until ctx is done, reporting whether d passed.

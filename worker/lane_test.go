@@ -1,6 +1,9 @@
 package worker
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // The wait room caps the tasks waiting in a process per destination and in
 // all; a task that leaves frees its place.
@@ -28,5 +31,32 @@ func TestWaitRoomCaps(t *testing.T) {
 	w.leave("b", b1)
 	if _, ok := w.m["b"]; ok {
 		t.Fatal("b's lane kept after its last task left")
+	}
+}
+
+// A task joins a destination's busy lane without asking Redis only when
+// tasks of it wait there already; each release here lets one head look.
+func TestWaitRoomJoinsOnlyAWaitingLane(t *testing.T) {
+	w := newWaitRoom(2, 3)
+	if l := w.join("a"); l != nil || len(w.m) != 0 {
+		t.Fatalf("joined a lane nobody waits in: %v, %d lanes", l, len(w.m))
+	}
+	a1, _ := w.enter("a")
+	if l := w.join("a"); l != a1 {
+		t.Fatalf("join gave %p, want the waiting lane %p", l, a1)
+	}
+	if l := w.join("a"); l != nil {
+		t.Fatal("joined past the cap per destination")
+	}
+	for range 3 {
+		w.released("a")
+	}
+	for i := range 3 {
+		if freed, ok := a1.waitFreed(t.Context(), time.Hour); !freed || !ok {
+			t.Fatalf("release %d of 3 not kept: freed %v, ok %v", i+1, freed, ok)
+		}
+	}
+	if freed, ok := a1.waitFreed(t.Context(), time.Millisecond); freed || !ok {
+		t.Fatalf("a fourth release seen after three: freed %v, ok %v", freed, ok)
 	}
 }

@@ -47,6 +47,10 @@ type Stats struct {
 	// Replayed counts dead letters an operator ran from asynq's archive
 	// (asynqmon's Run), replayed by their run (see replayRun).
 	Replayed atomic.Int64
+	// Admits counts the requests made to Admit: one a delivery when its
+	// slots are free, another after waiting for a rate slot booked ahead,
+	// more while it waits in the busy lane for an in-flight slot.
+	Admits atomic.Int64
 }
 
 // run is what one handler invocation knows of its task and delivery.
