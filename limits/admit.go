@@ -101,6 +101,11 @@ local function admit(ARGV)
   end
   local flags = ''
   if d[11] == token then return {6, d[2], parked_at()} end -- parked by this run: a retried call
+  -- after waiting for the rate slot it booked: its first call took it out
+  -- of the lot and out, and nothing put it back that left it pending
+  -- under this run's token (an out entry a turn wrote since is checked,
+  -- as every out entry is, by a turn)
+  local mine = ARGV[5] == '1' and d[3] == token and d[2] == 'pending'
   if d[3] == token and d[2] == 'in_flight' then -- admitted this run: a retried call
     return admitted('', tonumber(d[6] or '1') - 1, tonumber(d[10] or '1'))
   end
@@ -123,7 +128,7 @@ local function admit(ARGV)
     redis.call('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
     return {3, x, now}
   end
-  local parked = parked_at()
+  local parked = mine and -1 or parked_at()
   if parked > now then return {6, d[2], parked} end -- a stale task: its lot entry moves it
   -- taken from the lot by its run, not a turn (see the turn's hand)
   local woke = parked >= 0 and woken(f, parked, now)
@@ -147,9 +152,8 @@ local function admit(ARGV)
     if probe then redis.call('HDEL', k.gate, 'b_probe', 'b_pe'); g.f = nil end
     return refuse('cooling', cool, cool)
   end
-  local reserved = ARGV[5] == '1' and d[3] == token
   local new_tat, ttl_s
-  if not reserved then
+  if not mine then
     local rate, burst = effective(k.gate, f, now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[13]))
     local T = tonumber(ARGV[8]) / 1000 / rate
     local nows = gcra_now(t)
@@ -172,19 +176,20 @@ local function admit(ARGV)
     end
   end
   -- Slots whose run vanished lapse: they are trimmed when the live ones
-  -- look full. (g.nin: the live slots, counted once a group and kept as
-  -- its requests take theirs; g.taken: those not yet written.)
+  -- look full, once a group. (g.nin: the live slots, counted once a group
+  -- and kept as its requests take theirs; g.taken: those not yet
+  -- written.)
   g.nin = g.nin or redis.call('ZCOUNT', k.inflight, now, '+inf')
-  if g.nin >= tonumber(ARGV[9]) then
+  if g.nin >= tonumber(ARGV[9]) and not g.trimmed then
     redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
-    g.nin = redis.call('ZCARD', k.inflight) + g.taken
-    if g.nin >= tonumber(ARGV[9]) then return {4} end
+    g.nin, g.trimmed = redis.call('ZCARD', k.inflight) + g.taken, true
   end
-  if not reserved then g.tat, g.ttl = new_tat, ttl_s end
+  if g.nin >= tonumber(ARGV[9]) then return {4} end
+  if not mine then g.tat, g.ttl = new_tat, ttl_s end
   later('ZADD', k.inflight, now + tonumber(ARGV[3]), token)
   g.nin, g.taken = g.nin + 1, g.taken + 1
   g.slots = tonumber(ARGV[3]) + 1000
-  later('ZREM', k.out, ev)
+  if not mine then later('ZREM', k.out, ev) end
   later('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
   if parked >= 0 then unpark(k, ev) end
   -- lr: a request of it was lost with a worker and is not yet on record

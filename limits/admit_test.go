@@ -11,6 +11,8 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hooklane/hooklane/deploy"
+	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/limits"
 )
 
@@ -384,5 +386,60 @@ func TestAdmitLeavesADeliveryToTheRunWaitingForItsRateSlot(t *testing.T) {
 	}
 	if b.rec(t, "b", "tk") != first || b.rdb.Get(ctx, b.k.Rate).Val() != tat {
 		t.Fatalf("b's second run took it: owner %q, limiter %s (was %s)", b.rec(t, "b", "tk"), b.rdb.Get(ctx, b.k.Rate).Val(), tat)
+	}
+}
+
+// What Admit skips when it can: a run that waited for the rate slot it
+// booked asks again without looking for its delivery in the lot or
+// taking it out of out (its first call did both: no ZSCORE, no ZREM),
+// and a group that finds every in-flight slot taken trims the lapsed
+// ones once, not once a request (one ZREMRANGEBYSCORE for three).
+func TestAdmitAsksLessAfterItsRateSlotAndWhenFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := deploy.StartRedis(ctx, deploy.RedisOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	b := setupOn(t, redis.NewClient(&redis.Options{Addr: srv.Addr}))
+	b.pace.Limit = limits.Limit{Rate: 1, Burst: 1, Period: time.Minute}
+	b.pace.MaxInFlight = 1
+	for _, ev := range []string{"a", "b", "c1", "c2", "c3"} {
+		b.book(t, ev)
+	}
+	if a := b.admit(t, "a", limits.NewToken()); !a.Admitted {
+		t.Fatalf("a: %+v; want admitted", a)
+	}
+	b.rdb.Del(ctx, b.k.InFlight) // a's slot: b is to find one free after its wait
+	tb := limits.NewToken()
+	if a := b.admit(t, "b", tb, func(r *limits.AdmitRequest) { r.Reserve = 2 * time.Minute }); a.SendIn <= 0 {
+		t.Fatalf("b: %+v; want a rate slot ahead", a)
+	}
+	before := testkit.CommandCalls(t, b.rdb)
+	if a := b.admit(t, "b", tb, func(r *limits.AdmitRequest) { r.Reserve, r.Reserved = 2*time.Minute, true }); !a.Admitted {
+		t.Fatalf("b after its wait: %+v; want admitted", a)
+	}
+	after := testkit.CommandCalls(t, b.rdb)
+	if n := after["zscore"] + after["zrem"] - before["zscore"] - before["zrem"]; n != 0 || b.score(b.k.Out, "b") >= 0 || b.score(b.k.Lot, "b") >= 0 {
+		t.Fatalf("b's second call: %d ZSCOREs and ZREMs, out %v, lot %v; want none, in neither", n, b.score(b.k.Out, "b"), b.score(b.k.Lot, "b"))
+	}
+	b.pace.Limit = wide
+	b.rdb.Del(ctx, b.k.Rate)
+	var rs []limits.AdmitRequest
+	for _, ev := range []string{"c1", "c2", "c3"} {
+		rs = append(rs, limits.AdmitRequest{EventID: ev, Token: limits.NewToken(), SlotTTL: time.Minute, Pace: b.pace})
+	}
+	before = testkit.CommandCalls(t, b.rdb)
+	as, err := b.g.AdmitGroup(ctx, b.k, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after = testkit.CommandCalls(t, b.rdb)
+	if !as[0].Busy || !as[1].Busy || !as[2].Busy {
+		t.Fatalf("c1-c3 with b's slot taken: %+v; want busy", as)
+	}
+	if n := after["zremrangebyscore"] - before["zremrangebyscore"]; n != 1 {
+		t.Fatalf("a group of three found the slots full: %d trims; want 1", n)
 	}
 }
