@@ -277,7 +277,16 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 			return &limits.DeferredError{Until: time.Now().Add(a.OwnedFor + time.Second), Reason: "a live run owns the delivery"}
 		case a.SendIn > 0:
 			// A rate slot of its own, a moment ahead: wait for it, then take an
-			// in-flight slot, unless a 429 or a pause came in meanwhile.
+			// in-flight slot, unless a 429 or a pause came in meanwhile. It
+			// waits for it out of the busy lane, which the next may lead.
+			if l != nil {
+				if head {
+					l.unlock()
+					head = false
+				}
+				h.room.leave(r.sub, l)
+				l = nil
+			}
 			if !sleep(ctx, a.SendIn) {
 				return ctx.Err() // shutting down: asynq puts the task back
 			}

@@ -234,3 +234,25 @@ func TestResumeCostsTheSameWith20000Waiting(t *testing.T) {
 		t.Fatalf("f1 tried again %v after its failure; want its 2s backoff kept through the pause", gap)
 	}
 }
+
+// A run that booked a rate slot waits for it out of the busy lane: the
+// lane is for runs that wait for an in-flight slot, and a head asleep
+// until its rate slot kept the next from asking past their MaxWait, which
+// parked them as if no slot had freed. Here the endpoint's one slot (an
+// answer in 120ms) and its rate (10/s) bind by turns: 15–22 of the 40
+// deliveries were parked so, in 30–33 handler runs, when heads slept in
+// the lane; none now, in 17.
+func TestRateBoundRunsWaitForTheirSlotOutOfTheBusyLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	s := testkit.NewSink(t, func(http.ResponseWriter, int) { time.Sleep(120 * time.Millisecond) })
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.Limit{Rate: 10, Burst: 1, Period: time.Second}, MaxInFlight: 1})
+	const n = 40
+	for i := range n {
+		b.publish(t, fmt.Sprintf("e%03d", i), "t")
+	}
+	testkit.Eventually(t, 20*time.Second, "every event", func() bool { return s.Count() >= n })
+	if parked := b.counter(t, "s", "deferred:"+worker.DeferredInFlight); parked > 2 {
+		t.Fatalf("%d deliveries parked for want of an in-flight slot, in %d handler runs; want at most 2", parked, b.w.Stats().Runs.Load())
+	}
+}
