@@ -32,11 +32,7 @@ type dispatcher struct {
 	done    chan struct{}
 	wake    chan struct{} // this process freed a slot or parked a delivery
 	mu      sync.Mutex
-	sleepTo time.Time // when the loop means to look next, while it sleeps
-	// awake: the loop claims or runs turns; pokedAt is the earliest turn
-	// asked of it meanwhile (zero: none), which its next sleep ends by.
-	awake   bool
-	pokedAt time.Time
+	sleepTo time.Time // when the loop means to look next
 }
 
 func newDispatchers(h *handler) *dispatchers {
@@ -51,7 +47,7 @@ func (ds *dispatchers) start(region string) {
 	if ds.loops[region] != nil || ds.ctx.Err() != nil {
 		return
 	}
-	d := &dispatcher{region: region, wake: make(chan struct{}, 1), done: make(chan struct{}), awake: true}
+	d := &dispatcher{region: region, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	d.ctx, d.cancel = context.WithCancel(ds.ctx)
 	ds.loops[region] = d
 	ds.wg.Add(1)
@@ -102,13 +98,6 @@ func (ds *dispatchers) poke(region string, at time.Time) {
 		return
 	}
 	d.mu.Lock()
-	if d.awake {
-		if d.pokedAt.IsZero() || at.Before(d.pokedAt) {
-			d.pokedAt = at
-		}
-		d.mu.Unlock()
-		return
-	}
 	soon := at.Before(d.sleepTo)
 	d.mu.Unlock()
 	if soon {
@@ -127,7 +116,6 @@ func (ds *dispatchers) run(d *dispatcher) {
 	ready, claimed := h.keys.Ready(d.region), h.keys.Claimed(d.region)
 	var busy time.Time // when the loop last claimed a turn or was woken
 	for backoff := time.Duration(0); ; {
-		h.stats.Claims.Add(1)
 		subs, next, err := h.gates.Claim(d.ctx, ready, claimed, claimBatch)
 		switch {
 		case d.ctx.Err() != nil:
@@ -143,13 +131,8 @@ func (ds *dispatchers) run(d *dispatcher) {
 		backoff = 0
 		if len(subs) > 0 {
 			busy = time.Now()
-			after := ds.turns(d, subs)
-			if len(subs) == claimBatch {
-				continue // more may be due
-			}
-			// Due next: the earliest of the others (next), of these
-			// subscribers' next turns, and of what was asked meanwhile.
-			next = earliest(next, after)
+			ds.turns(d, subs)
+			continue // more may be due
 		}
 		// Notifications from other processes are seen this often: every
 		// busyPoll while the region is busy, every PollInterval once it
@@ -158,11 +141,11 @@ func (ds *dispatchers) run(d *dispatcher) {
 		if time.Since(busy) < busyFor {
 			wait = min(wait, busyPoll)
 		}
-		d.mu.Lock()
-		if next = earliest(next, d.pokedAt); !next.IsZero() {
+		if !next.IsZero() {
 			wait = min(wait, max(time.Until(next), 0))
 		}
-		d.awake, d.pokedAt, d.sleepTo = false, time.Time{}, time.Now().Add(wait)
+		d.mu.Lock()
+		d.sleepTo = time.Now().Add(wait)
 		d.mu.Unlock()
 		t := time.NewTimer(wait)
 		select {
@@ -174,18 +157,7 @@ func (ds *dispatchers) run(d *dispatcher) {
 		case <-t.C:
 		}
 		t.Stop()
-		d.mu.Lock()
-		d.awake = true
-		d.mu.Unlock()
 	}
-}
-
-// earliest is the earlier of a and b, a zero time being none.
-func earliest(a, b time.Time) time.Time {
-	if a.IsZero() || !b.IsZero() && b.Before(a) {
-		return b
-	}
-	return a
 }
 
 // A dispatcher that claimed a turn or was woken less than busyFor ago
@@ -198,8 +170,8 @@ const (
 
 // turns runs the claimed subscribers' turns side by side (their scripts
 // share round trips: deploy.AutoPipeline), enqueues what they hand out and
-// gives each its next turn; it returns the earliest of those (zero: none).
-func (ds *dispatchers) turns(d *dispatcher, subs []string) time.Time {
+// gives each its next turn.
+func (ds *dispatchers) turns(d *dispatcher, subs []string) {
 	h := ds.h
 	ctx := context.WithoutCancel(ds.ctx) // a claimed turn is finished, even while stopping
 	next := make([]time.Time, len(subs))
@@ -211,13 +183,7 @@ func (ds *dispatchers) turns(d *dispatcher, subs []string) time.Time {
 	if err := h.gates.Release(ctx, h.keys.Ready(d.region), h.keys.Claimed(d.region), subs, next); err != nil {
 		// The claims lapse by themselves and the turns come again.
 		h.log.Warn("dispatcher: could not release its turns; they come again after the claim's lease", "region", d.region, "err", err)
-		return time.Now().Add(limits.ClaimLease)
 	}
-	var first time.Time
-	for _, t := range next {
-		first = earliest(first, t)
-	}
-	return first
 }
 
 // turn runs one subscriber's turn and returns when it needs the next.
@@ -243,7 +209,6 @@ func (ds *dispatchers) turn(ctx context.Context, region, id string) time.Time {
 	if h.flows.flooding(ctx, id) {
 		pace.FreshMax = -1 // its tenant's past its fresh rate: the backlog lane
 	}
-	h.stats.Turns.Add(1)
 	err = fault(ctx, FaultTurn, func() (err error) {
 		tr, err = h.gates.Turn(ctx, h.keys.Gates(id), pace, probeHold)
 		return err

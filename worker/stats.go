@@ -51,9 +51,6 @@ type Stats struct {
 	// slots are free, another after waiting for a rate slot booked ahead,
 	// more while it waits in the busy lane for an in-flight slot.
 	Admits atomic.Int64
-	// Claims counts the dispatchers' claims of their ready index, Turns
-	// the subscribers' turns they ran.
-	Claims, Turns atomic.Int64
 }
 
 // run is what one handler invocation knows of its task and delivery.
