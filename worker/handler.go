@@ -221,17 +221,6 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 		}
 		return ok
 	}
-	if maxWait > 0 {
-		// Its destination's busy lane has runs waiting here: every slot
-		// was taken when the lane's head last asked. This one joins them
-		// without asking (an Admit that finds no slot writes nothing).
-		if l = h.room.join(r.sub); l != nil {
-			deadline = time.Now().Add(maxWait)
-			if !inLane() {
-				return h.parkBusy(ctx, r, sub)
-			}
-		}
-	}
 	for {
 		a, err := h.admitOnce(ctx, r, req)
 		if err != nil {

@@ -39,25 +39,8 @@ func newWaitRoom(perDest, all int) *waitRoom {
 func (w *waitRoom) enter(dest string) (*lane, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.take(dest, false)
-}
-
-// join takes a place for a task of dest only when dest's busy lane has
-// tasks waiting already (and room), else returns nil.
-func (w *waitRoom) join(dest string) *lane {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	l, _ := w.take(dest, true)
-	return l
-}
-
-// take is enter's and join's (w.mu held).
-func (w *waitRoom) take(dest string, waiting bool) (*lane, bool) {
 	l := w.m[dest]
 	if l == nil {
-		if waiting {
-			return nil, false
-		}
 		l = &lane{turn: make(chan struct{}, 1), freed: make(chan struct{}, freedMax)}
 		w.m[dest] = l
 	}

@@ -92,11 +92,11 @@ func TestHeldWorkCostsNoRuns(t *testing.T) {
 // rate limit: answering in 250ms with 8 slots it takes 32/s of its 100/s.
 // Its events are handed out as slots free, so they are neither re-run
 // (at most 1.2 runs per delivery) nor ever more than 8 at once, and all
-// arrive. The runs that wait for a slot ask Redis when one is released
-// here, not every 20ms, and a run that finds runs waiting for its
-// destination joins them without asking: at most 2.2 Admit requests a
-// delivery (2.73–2.80 when every waiting head polled every 20ms and every
-// run asked first).
+// arrive. The run at the head of those waiting for a slot asks Redis
+// when one is released here (each release lets one ask), and between
+// releases less and less often: at most 2.55 Admit requests a delivery
+// (2.35–2.39 now; 2.73–2.83 when the head asked every 20ms and a group's
+// releases woke one).
 func TestSlowEndpointIsPacedAtItsSlots(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
@@ -116,8 +116,8 @@ func TestSlowEndpointIsPacedAtItsSlots(t *testing.T) {
 	testkit.Eventually(t, 20*time.Second, "every event", func() bool { return s.Count() >= n })
 	testkit.Eventually(t, 5*time.Second, "settled", func() bool { return b.settled(t) })
 	runs, admits := b.w.Stats().Runs.Load(), b.w.Stats().Admits.Load()
-	if float64(runs) > 1.2*n || s.Count() != n || most.Load() > 8 || float64(admits) > 2.2*n {
-		t.Fatalf("%d handler runs for %d events (%.2f per delivery), %d requests, at most %d at once, %.2f Admit requests a delivery; want ≤ 1.2, %d, ≤ 8, ≤ 2.2",
+	if float64(runs) > 1.2*n || s.Count() != n || most.Load() > 8 || float64(admits) > 2.55*n {
+		t.Fatalf("%d handler runs for %d events (%.2f per delivery), %d requests, at most %d at once, %.2f Admit requests a delivery; want ≤ 1.2, %d, ≤ 8, ≤ 2.55",
 			runs, n, float64(runs)/n, s.Count(), most.Load(), float64(admits)/n, n)
 	}
 	t.Logf("%.2f handler runs per delivery, at most %d in flight, %.2f Admit requests a delivery", float64(runs)/n, most.Load(),
