@@ -14,8 +14,9 @@ import (
 //
 // The busy lane exists because a free in-flight slot cannot be booked
 // ahead: only the lane's head asks Redis, when a slot of the destination
-// was released here or every poll interval, while the others wait their
-// turn in the process. Without it every waiter would poll Redis.
+// was released here or at its poll (backing off while nothing is), while
+// the others wait their turn in the process. Without it every waiter
+// would poll Redis. A run waiting for a rate slot it booked is not in it.
 type waitRoom struct {
 	mu      sync.Mutex
 	m       map[string]*lane
