@@ -189,6 +189,10 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 		// for it here, and for a free in-flight slot up to MaxWait.
 		req.Reserve = maxWait + pace.Lead
 	}
+	// In all, a run waits here no longer than one wait of each (a run
+	// back in the busy lane after its rate slot, or after another one
+	// booked, counts what it waited before).
+	until := time.Now().Add(maxWait + req.Reserve)
 	// The busy lane's head asks again when a slot is released here, and
 	// at most every poll: from 20ms, doubled (to 160ms) each time it asks
 	// for nothing having been released, back to 20ms once a release came.
@@ -276,6 +280,9 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 				h.room.leave(r.sub, l)
 				l = nil
 			}
+			if time.Now().Add(a.SendIn).After(until) {
+				return h.parkBusy(ctx, r, sub, tasks.StateScheduled) // its wait here is over: the rate slot it booked goes unused
+			}
 			if !sleep(ctx, a.SendIn) {
 				return ctx.Err() // shutting down: asynq puts the task back
 			}
@@ -290,15 +297,17 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 			if l == nil {
 				var ok bool
 				if maxWait == 0 {
-					return h.parkBusy(ctx, r, sub)
+					return h.parkBusy(ctx, r, sub, DeferredInFlight)
 				}
 				if l, ok = h.room.enter(r.sub); !ok {
-					return h.parkBusy(ctx, r, sub)
+					return h.parkBusy(ctx, r, sub, DeferredInFlight)
 				}
-				deadline = time.Now().Add(maxWait)
+				if deadline = time.Now().Add(maxWait); deadline.After(until) {
+					deadline = until
+				}
 			}
 			if !inLane() {
-				return h.parkBusy(ctx, r, sub)
+				return h.parkBusy(ctx, r, sub, DeferredInFlight)
 			}
 		default:
 			return h.infra("admit", r.sub, fmt.Errorf("unexpected admission %+v", a))
@@ -355,15 +364,16 @@ func (h *handler) otherGeneration(ctx context.Context, r *run, sub *cachedSub) (
 }
 
 // parkBusy parks a delivery whose destination kept every in-flight slot
-// taken for MaxWait: its subscriber's next turn hands it out again when
-// a slot frees.
-func (h *handler) parkBusy(ctx context.Context, r *run, sub *cachedSub) error {
+// taken for MaxWait (why DeferredInFlight), or whose wait here ended
+// before the rate slot it booked (tasks.StateScheduled): its subscriber's
+// next turn hands it out again when it can go.
+func (h *handler) parkBusy(ctx context.Context, r *run, sub *cachedSub, why string) error {
 	if ctx.Err() != nil {
 		return ctx.Err() // shutting down: asynq puts the task back
 	}
 	var ok bool
 	err := fault(ctx, FaultPark, func() (err error) {
-		ok, err = h.gates.Park(context.WithoutCancel(ctx), r.keys, r.event, r.token, tasks.StateScheduled, DeferredInFlight, 0)
+		ok, err = h.gates.Park(context.WithoutCancel(ctx), r.keys, r.event, r.token, tasks.StateScheduled, why, 0)
 		return err
 	})
 	if err != nil {
@@ -373,8 +383,8 @@ func (h *handler) parkBusy(ctx context.Context, r *run, sub *cachedSub) error {
 		return asynq.RevokeTask // another run has it
 	}
 	h.stats.Deferred.Add(1)
-	h.totals.add("deferred:"+DeferredInFlight, 1)
-	h.log.Debug("no in-flight slot freed: parked", "subscriber_id", r.sub, "event_id", r.event, "max_in_flight", sub.MaxInFlight)
+	h.totals.add("deferred:"+why, 1)
+	h.log.Debug("its wait in this process ended: parked", "subscriber_id", r.sub, "event_id", r.event, "why", why, "max_in_flight", sub.MaxInFlight)
 	if err := h.notify(r, time.Now()); err != nil {
 		return err
 	}

@@ -241,7 +241,9 @@ func TestResumeCostsTheSameWith20000Waiting(t *testing.T) {
 // parked them as if no slot had freed. Here the endpoint's one slot (an
 // answer in 120ms) and its rate (10/s) bind by turns: 15–22 of the 40
 // deliveries were parked so, in 30–33 handler runs, when heads slept in
-// the lane; none now, in 17.
+// the lane; none now, in 18. (A run back in the lane after its rate
+// slot counts what it waited before: past MaxWait and the reservation in
+// all, it parks for its rate, "scheduled", not for a slot.)
 func TestRateBoundRunsWaitForTheirSlotOutOfTheBusyLane(t *testing.T) {
 	t.Parallel()
 	b := setup(t, worker.Config{})
