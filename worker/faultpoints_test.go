@@ -108,7 +108,7 @@ func faultAt(t *testing.T, point, mode string) {
 			select {
 			case <-r.Context().Done():
 				return false
-			case <-time.After(400 * time.Millisecond):
+			case <-time.After(800 * time.Millisecond):
 			}
 		}
 		switch status {
@@ -133,11 +133,14 @@ func faultAt(t *testing.T, point, mode string) {
 	if _, err := b.p.PutSubscriber(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"HOOKLANE_MAX_WAIT=150ms", "HOOKLANE_FAULT=" + mode + ":" + point}
+	env := []string{"HOOKLANE_MAX_WAIT=300ms", "HOOKLANE_FAULT=" + mode + ":" + point}
 	w := startProc(t, redisURL(), ns, env...)
 	// p's first event, answered at once, teaches hooklane that p is fast:
 	// the next four are handed out together and wait for its one slot,
-	// now held 400ms a request, longer than MaxWait: they park.
+	// now held 800ms a request, longer than MaxWait: they park. (MaxWait
+	// 300ms: a first answer measured slower than 0.8 × MaxWait under a
+	// loaded suite's processes would have them handed out one at a time,
+	// and none would wait: the park point unreached, seen once at 150ms.)
 	publish := func(id string) {
 		if _, err := b.p.Publish(context.Background(), tasks.Event{ID: id, Type: id[:1], Data: []byte(`1`)}, nil); err != nil {
 			t.Fatal(err)
