@@ -95,7 +95,7 @@ func TestHeldWorkCostsNoRuns(t *testing.T) {
 // arrive. The run at the head of those waiting for a slot asks Redis
 // when one is released here (each release lets one ask), and between
 // releases less and less often: at most 2.55 Admit requests a delivery
-// (2.35–2.39 now; 2.73–2.83 when the head asked every 20ms and a group's
+// (2.34–2.41 now; 2.73–2.83 when the head asked every 20ms and a group's
 // releases woke one).
 func TestSlowEndpointIsPacedAtItsSlots(t *testing.T) {
 	t.Parallel()
