@@ -502,6 +502,16 @@ func unixMilli(t time.Time) int64 {
 
 // ceilMilli is t in Unix ms rounded up (a deadline never moves earlier),
 // 0 for the zero time.
+// latencyMilli is an answer's latency as the commit script takes it:
+// whole milliseconds, a sub-millisecond answer's 1 (its 0 means none, and
+// an endpoint whose latency is never recorded is paced as a 1 s one).
+func latencyMilli(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return max(d.Milliseconds(), 1)
+}
+
 func ceilMilli(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
@@ -548,7 +558,7 @@ func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 	keys := []string{k.record(o.EventID), k.Dead + o.EventID, cmpOr(o.LegacyAttempts, k.Dead+o.EventID+":none"), k.Replaying + o.EventID}
 	args := []any{o.EventID, o.Token, o.Kind, o.AttemptField, o.Attempt, o.LostField, o.Lost, o.Backoff.Milliseconds(), delivered,
 		string(fl), b.Failures, b.ProbeGap.Milliseconds(), b.MaxProbeGap.Milliseconds(), max(b.DisableAfter, 0).Milliseconds(), errText,
-		AdaptMargin, adaptFloor, adaptIncreasePerMs, o.AdaptReason, o.Latency.Milliseconds(), o.Dedup.Milliseconds(),
+		AdaptMargin, adaptFloor, adaptIncreasePerMs, o.AdaptReason, latencyMilli(o.Latency), o.Dedup.Milliseconds(),
 		string(counters), o.DeadEntry, o.TaskID, o.DeadRetention.Milliseconds(), o.ReportSample, unixMilli(o.DeadAt), ceilMilli(o.CoolUntil),
 		OutLease.Milliseconds(), AdaptWindow.Milliseconds(), perMs(o.Limit), burstSpan(o.Limit)}
 	return keys, args

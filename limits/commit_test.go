@@ -520,6 +520,23 @@ func TestCommitGroupCommitsEachOutcome(t *testing.T) {
 	}
 }
 
+// A sub-millisecond answer records a latency of 1ms: an endpoint on the
+// same host is paced as the fast one it is, not as one whose latency is
+// unknown (taken as 1s), which a whole-millisecond 0 left it.
+func TestCommitRecordsASubMillisecondLatency(t *testing.T) {
+	ctx := context.Background()
+	b := setup(t)
+	o := limits.Outcome{EventID: "f", Token: b.taken(t, "f"), Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(), Answered: true,
+		Dedup: time.Hour, Breaker: limits.BreakerPolicy{}.WithDefaults(), Limit: wide, Latency: 300 * time.Microsecond,
+		Counters: map[string]int64{"delivered": 1}}
+	if _, err := b.g.Commit(ctx, b.k, o); err != nil {
+		t.Fatal(err)
+	}
+	if lt := b.rdb.HGet(ctx, b.k.Record, "lt").Val(); lt != "1" {
+		t.Fatalf("lt %q after a 300µs answer; want 1", lt)
+	}
+}
+
 // A group writes the gate record as its outcomes one by one would: the
 // 2xx counted in the adaptive window (a_n, added once at the group's end),
 // the latency's moving average (lt, written once), and a failure between

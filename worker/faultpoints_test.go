@@ -137,10 +137,15 @@ func faultAt(t *testing.T, point, mode string) {
 	w := startProc(t, redisURL(), ns, env...)
 	// p's first event, answered at once, teaches hooklane that p is fast:
 	// the next four are handed out together and wait for its one slot,
-	// now held 800ms a request, longer than MaxWait: they park. (MaxWait
-	// 300ms: a first answer measured slower than 0.8 × MaxWait under a
-	// loaded suite's processes would have them handed out one at a time,
-	// and none would wait: the park point unreached, seen once at 150ms.)
+	// now held 800ms a request, longer than MaxWait: they park. They are
+	// published once p000's commit has written p's latency (lt): until
+	// then a destination counts as a 1 s one, whose single slot carries
+	// one delivery at a time, and none would wait (the park point
+	// unreached: twice in clean-clone runs, when the commit had not
+	// written it, or p000 was held too, the receiver counting its arrival
+	// before it looked at holdP; a sub-millisecond answer wrote none
+	// before limits' latencyMilli). (MaxWait 300ms: a first answer
+	// measured slower than 0.8 × MaxWait would do the same.)
 	publish := func(id string) {
 		if _, err := b.p.Publish(context.Background(), tasks.Event{ID: id, Type: id[:1], Data: []byte(`1`)}, nil); err != nil {
 			t.Fatal(err)
@@ -148,7 +153,9 @@ func faultAt(t *testing.T, point, mode string) {
 	}
 	ids := []string{"p000"}
 	publish(ids[0])
-	testkit.Eventually(t, 10*time.Second, "p000 answered", func() bool { return rc.Count() >= 1 || !w.alive() })
+	testkit.Eventually(t, 10*time.Second, "p000 delivered and p's latency recorded", func() bool {
+		return b.rdb.HExists(context.Background(), tasks.Keys(ns).Gates("p").Record, "lt").Val() || !w.alive()
+	})
 	fr.mu.Lock()
 	fr.holdP = true
 	fr.mu.Unlock()
