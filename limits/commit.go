@@ -500,8 +500,6 @@ func unixMilli(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-// ceilMilli is t in Unix ms rounded up (a deadline never moves earlier),
-// 0 for the zero time.
 // latencyMilli is an answer's latency as the commit script takes it:
 // whole milliseconds, a sub-millisecond answer's 1 (its 0 means none, and
 // an endpoint whose latency is never recorded is paced as a 1 s one).
@@ -512,6 +510,8 @@ func latencyMilli(d time.Duration) int64 {
 	return max(d.Milliseconds(), 1)
 }
 
+// ceilMilli is t in Unix ms rounded up (a deadline never moves earlier),
+// 0 for the zero time.
 func ceilMilli(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
