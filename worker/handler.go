@@ -201,14 +201,18 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 	var deadline time.Time // of the wait in the busy lane, once entered
 	var l *lane
 	head, replayed := false, false
-	defer func() {
+	// leaveLane gives up its place in the busy lane, if it has one.
+	leaveLane := func() {
 		if head {
 			l.unlock()
+			head = false
 		}
 		if l != nil {
 			h.room.leave(r.sub, l)
+			l = nil
 		}
-	}()
+	}
+	defer leaveLane()
 	// inLane waits in the busy lane for its head's place, then as its head
 	// for a release or the next poll; false: no slot by the deadline.
 	inLane := func() bool {
@@ -272,14 +276,7 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 			// A rate slot of its own, a moment ahead: wait for it, then take an
 			// in-flight slot, unless a 429 or a pause came in meanwhile. It
 			// waits for it out of the busy lane, which the next may lead.
-			if l != nil {
-				if head {
-					l.unlock()
-					head = false
-				}
-				h.room.leave(r.sub, l)
-				l = nil
-			}
+			leaveLane()
 			if time.Now().Add(a.SendIn).After(until) {
 				return h.parkBusy(ctx, r, sub, tasks.StateScheduled) // its wait here is over: the rate slot it booked goes unused
 			}

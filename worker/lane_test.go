@@ -43,7 +43,7 @@ func TestBusyLaneCountsReleases(t *testing.T) {
 		w.released("a")
 	}
 	for i := range 3 {
-		if freed, ok := a1.waitFreed(t.Context(), time.Hour); !freed || !ok {
+		if freed, ok := a1.waitFreed(t.Context(), 100*time.Millisecond); !freed || !ok {
 			t.Fatalf("release %d of 3 not kept: freed %v, ok %v", i+1, freed, ok)
 		}
 	}
