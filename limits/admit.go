@@ -189,8 +189,13 @@ local function admit(ARGV)
   later('ZADD', k.inflight, now + tonumber(ARGV[3]), token)
   g.nin, g.taken = g.nin + 1, g.taken + 1
   g.slots = tonumber(ARGV[3]) + 1000
-  if not mine then later('ZREM', k.out, ev) end
-  later('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
+  -- (after its rate slot, its runs entry is the first call's, which lasts
+  -- as long as this slot, give or take its sleep's overshoot: a turn that
+  -- finds it lapsed with the slot live moves it to the slot's end)
+  if not mine then
+    later('ZREM', k.out, ev)
+    later('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
+  end
   if parked >= 0 then unpark(k, ev) end
   -- lr: a request of it was lost with a worker and is not yet on record
   if d[14] then flags = flags .. 'l' end

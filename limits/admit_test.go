@@ -391,8 +391,9 @@ func TestAdmitLeavesADeliveryToTheRunWaitingForItsRateSlot(t *testing.T) {
 
 // What Admit skips when it can: a run that waited for the rate slot it
 // booked asks again without looking for its delivery in the lot or
-// taking it out of out (its first call did both: no ZSCORE, no ZREM),
-// and a group that finds every in-flight slot taken trims the lapsed
+// taking it out of out (its first call did both: no ZSCORE, no ZREM) or
+// filing it in runs again (its first call's entry lasts as long as the
+// slot: one ZADD, the slot's), and a group that finds every in-flight slot taken trims the lapsed
 // ones once, not once a request (one ZREMRANGEBYSCORE for three).
 func TestAdmitAsksLessAfterItsRateSlotAndWhenFull(t *testing.T) {
 	t.Parallel()
@@ -423,6 +424,9 @@ func TestAdmitAsksLessAfterItsRateSlotAndWhenFull(t *testing.T) {
 	after := testkit.CommandCalls(t, b.rdb)
 	if n := after["zscore"] + after["zrem"] - before["zscore"] - before["zrem"]; n != 0 || b.score(b.k.Out, "b") >= 0 || b.score(b.k.Lot, "b") >= 0 {
 		t.Fatalf("b's second call: %d ZSCOREs and ZREMs, out %v, lot %v; want none, in neither", n, b.score(b.k.Out, "b"), b.score(b.k.Lot, "b"))
+	}
+	if n, slot, run := after["zadd"]-before["zadd"], b.score(b.k.InFlight, tb), b.score(b.k.Runs, "b"); n != 1 || run < slot-1000 {
+		t.Fatalf("b's second call: %d ZADDs, its slot until %.0f, its runs entry until %.0f; want 1 (the slot), the entry lasting as long give or take a second", n, slot, run)
 	}
 	b.pace.Limit = wide
 	b.rdb.Del(ctx, b.k.Rate)

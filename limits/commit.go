@@ -415,8 +415,23 @@ for i = 1, n do
   out[#out + 1] = #r
   for _, v in ipairs(r) do out[#out + 1] = v end
 end
--- the counters of every outcome of the group, added once
-for f, v in pairs(counters) do redis.call('HINCRBY', KEYS[9], f, v) end
+-- the counters of every outcome of the group, added once: one field by
+-- HINCRBY, more read and written in one HMGET and one HSET (a delivered
+-- outcome alone counts three to six). (Lua's numbers are exact to 2^53:
+-- a sum of milliseconds past that, some 285,000 years of latency, would
+-- round in its last digits.)
+local cf = {}
+for f in pairs(counters) do cf[#cf + 1] = f end
+if #cf == 1 then
+  redis.call('HINCRBY', KEYS[9], cf[1], counters[cf[1]])
+elseif #cf > 1 then
+  local cur, w = redis.call('HMGET', KEYS[9], unpack(cf)), {}
+  for i, f in ipairs(cf) do
+    w[#w + 1] = f
+    w[#w + 1] = string.format('%d', (tonumber(cur[i]) or 0) + counters[f])
+  end
+  redis.call('HSET', KEYS[9], unpack(w))
+end
 if G.an > 0 then redis.call('HINCRBY', KEYS[1], 'a_n', G.an) end
 if G.lt then redis.call('HSET', KEYS[1], 'lt', G.lt) end
 flush()

@@ -54,30 +54,39 @@ import (
 //     later), and one that goes after the cut cooldown's end goes no
 //     earlier than the endpoint asked. Its record keeps the time (ce)
 //     until its next attempt is committed, which carries the note.
-//   - later(cmd, key, …) and flush(): a write the script puts off to its
-//     end (flush), each command and key's in one call however many
-//     requests of a group ask for it (ZADD and ZREM of many members, SREM),
-//     in the order first asked: a group of n pays one call where it paid
-//     n. Only for members the script does not read again before flush.
+//   - later(cmd, key, a[, b]) and flush(): a write the script puts off to
+//     its end (flush), each command and key's in one call however many
+//     requests of a group ask for it (ZADD score member, ZREM and SREM
+//     member), in the order first asked: a group of n pays one call where
+//     it paid n. Only for members the script does not read again before
+//     flush. (Its lists are found by command, then key, with no string
+//     built and no table of arguments made per call: it runs for every
+//     delivery of a group several times.)
 const luaHelpers = `
 local function now_ms()
   local t = redis.call('TIME')
   return t[1] * 1000 + math.floor(t[2] / 1000), t
 end
-local deferred = {}
+local deferred, byCmd = {}, {}
 local function flush()
   for _, l in ipairs(deferred) do redis.call(unpack(l)) end
-  deferred = {}
+  deferred, byCmd = {}, {}
 end
-local function later(cmd, key, ...)
-  local id = cmd .. ' ' .. key
-  local l = deferred[id]
+local function later(cmd, key, a, b)
+  local byKey = byCmd[cmd]
+  if not byKey then
+    byKey = {}
+    byCmd[cmd] = byKey
+  end
+  local l = byKey[key]
   if not l or #l > 1000 then
     l = {cmd, key}
-    deferred[id] = l
+    byKey[key] = l
     deferred[#deferred + 1] = l
   end
-  for _, v in ipairs({...}) do l[#l + 1] = v end
+  local n = #l
+  l[n + 1] = a
+  if b ~= nil then l[n + 2] = b end
 end
 local function gcra_now(t) return (t[1] - 1483228800) + (t[2] / 1000000) end
 local function effective(gate, f, now, rate, burst, period, ramp)
