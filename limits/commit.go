@@ -150,7 +150,7 @@ var commitScript = script(luaAdapt + `
 -- slots and its removals from runs and the fresh lane are put off to its
 -- end (later), and so are the gate's two writes of a delivered answer:
 -- the 2xx counted in the adaptive window (G.an, added to a_n) and the
--- latency (G.lt): one call each.
+-- latency (G.lt): one call for both.
 local G = {an = 0}
 local function commit_gate(gate)
   local g = redis.call('HMGET', gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt', unpack(adaptFields))
@@ -432,8 +432,22 @@ elseif #cf > 1 then
   end
   redis.call('HSET', KEYS[9], unpack(w))
 end
-if G.an > 0 then redis.call('HINCRBY', KEYS[1], 'a_n', G.an) end
-if G.lt then redis.call('HSET', KEYS[1], 'lt', G.lt) end
+-- the gate's two writes of the group's delivered answers in one HSET: the
+-- window's 2xx count (a_n as the gate was last read, which counts the
+-- group's own already; read again when an outcome's write left it stale)
+-- and the latency
+if G.an > 0 or G.lt then
+  local w = {}
+  if G.an > 0 then
+    local g = G.gate or commit_gate(KEYS[1])
+    w[1], w[2] = 'a_n', string.format('%d', tonumber(g[14]) or 0)
+  end
+  if G.lt then
+    local n = #w
+    w[n + 1], w[n + 2] = 'lt', G.lt
+  end
+  redis.call('HSET', KEYS[1], unpack(w))
+end
 flush()
 return out`)
 
