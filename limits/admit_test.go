@@ -393,8 +393,9 @@ func TestAdmitLeavesADeliveryToTheRunWaitingForItsRateSlot(t *testing.T) {
 // booked asks again without looking for its delivery in the lot or
 // taking it out of out (its first call did both: no ZSCORE, no ZREM) or
 // filing it in runs again (its first call's entry lasts as long as the
-// slot: one ZADD, the slot's), and a group that finds every in-flight slot taken trims the lapsed
-// ones once, not once a request (one ZREMRANGEBYSCORE for three).
+// slot: one ZADD, the slot's), and a group that finds every in-flight
+// slot taken trims the lapsed ones once, not once a request (one
+// ZREMRANGEBYSCORE for three).
 func TestAdmitAsksLessAfterItsRateSlotAndWhenFull(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

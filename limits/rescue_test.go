@@ -149,3 +149,35 @@ func TestCommitOfAnInterruptedRunLeavesItInOut(t *testing.T) {
 			b.rec(t, "e1", "s"))
 	}
 }
+
+// A run that dies after its second Admit (the one after the rate slot it
+// booked, which files nothing in runs: the first call's entry stands for
+// it) is handed out again by a turn once its slot lapses, marked lost.
+func TestARunDeadAfterItsRateSlotIsHandedOutAgain(t *testing.T) {
+	b := setup(t)
+	b.pace.Limit = limits.Limit{Rate: 1, Burst: 1, Period: time.Minute}
+	b.book(t, "a")
+	b.book(t, "b")
+	if a := b.admit(t, "a", limits.NewToken()); !a.Admitted {
+		t.Fatalf("a: %+v; want admitted (the burst)", a)
+	}
+	tb := limits.NewToken()
+	reserve := func(r *limits.AdmitRequest) { r.Reserve = 2 * time.Minute }
+	if a := b.admit(t, "b", tb, reserve); a.SendIn <= 0 {
+		t.Fatalf("b: %+v; want a rate slot ahead", a)
+	}
+	if a := b.admit(t, "b", tb, reserve, func(r *limits.AdmitRequest) { r.Reserved = true }); !a.Admitted {
+		t.Fatalf("b after its wait: %+v; want admitted", a)
+	}
+	if b.score(b.k.Runs, "b") < 0 {
+		t.Fatalf("b admitted after its rate slot is not in runs: nothing would find it if its worker died")
+	}
+	b.die(t, "b", tb)
+	var lost bool
+	for _, h := range b.turn(t).Handouts {
+		lost = lost || h.EventID == "b" && h.Lost
+	}
+	if !lost || b.score(b.k.Out, "b") < 0 {
+		t.Fatalf("turn after b's run died: lost hand-out %v, out %v; want b handed out again, lost", lost, b.score(b.k.Out, "b"))
+	}
+}
