@@ -13,8 +13,12 @@ import (
 
 // env is what every scenario shares: Redis, the receiver, the probe.
 type env struct {
-	cfg   Config
-	rdb   redis.UniversalClient
+	cfg Config
+	rdb redis.UniversalClient
+	// obs is the client the harness looks at a scenario's queue with,
+	// seen counting what it sends (observer.go); nil: rdb, uncounted.
+	obs   redis.UniversalClient
+	seen  *observer
 	recv  *Receiver
 	probe *lagProbe
 	log   *slog.Logger
@@ -28,12 +32,12 @@ type env struct {
 // one.
 func (e *env) queuesOf(ctx context.Context, ns string) []string {
 	keys := tasks.Keys(ns)
-	shards, err := e.rdb.HGet(ctx, keys.Layout(), "shards").Int()
+	shards, err := e.look().HGet(ctx, keys.Layout(), "shards").Int()
 	if err != nil || shards < 1 {
 		shards = 1
 	}
 	regions := []string{tasks.DefaultRegion}
-	if named, err := e.rdb.HKeys(ctx, keys.RegionSubscribers()).Result(); err == nil {
+	if named, err := e.look().HKeys(ctx, keys.RegionSubscribers()).Result(); err == nil {
 		slices.Sort(named)
 		for _, r := range named {
 			if !slices.Contains(regions, r) {
@@ -58,12 +62,20 @@ type stock struct {
 	queues, lots, outs []string
 }
 
+// look is the client the harness looks at the queues with.
+func (e *env) look() redis.UniversalClient {
+	if e.obs != nil {
+		return e.obs
+	}
+	return e.rdb
+}
+
 // stockOf is namespace ns's stock: queuesOf and the schedule of every
 // subscriber it has.
 func (e *env) stockOf(ctx context.Context, ns string) stock {
 	st := stock{queues: e.queuesOf(ctx, ns)}
 	keys := tasks.Keys(ns)
-	ids, _ := e.rdb.ZRange(ctx, keys.SubscriberIDs(), 0, -1).Result()
+	ids, _ := e.look().ZRange(ctx, keys.SubscriberIDs(), 0, -1).Result()
 	for _, id := range ids {
 		g := keys.Gates(id)
 		st.lots, st.outs = append(st.lots, g.Lot), append(st.outs, g.Out)
@@ -76,7 +88,7 @@ func onlyQueues(qs ...string) stock { return stock{queues: qs} }
 
 // settled reports whether st has nothing left to run.
 func (e *env) settled(ctx context.Context, st stock) bool {
-	q, err := backlog(ctx, e.rdb, st)
+	q, err := backlog(ctx, e.look(), st)
 	return err == nil && q.Backlog() == 0 && q.handedOut == 0
 }
 

@@ -91,6 +91,9 @@ type RedisCost struct {
 	// delivery (a script's time includes its commands').
 	TopTime            []CmdShare `json:"top_time"`
 	IncludesPublishing bool       `json:"includes_publishing"`
+	// HarnessCommandsPerDelivery are the harness' own commands (its
+	// queue samples and settle polls), left out of the figures above.
+	HarnessCommandsPerDelivery float64 `json:"harness_commands_per_delivery,omitempty"`
 	// Masters are each master's share of the figures above, which are
 	// their sums (one entry on one server).
 	Masters []NodeCost `json:"masters"`

@@ -212,7 +212,12 @@ func Run(ctx context.Context, cfg Config, summary io.Writer) (*Report, error) {
 		return nil, fmt.Errorf("loadtest: %w", err)
 	}
 	defer rdb.Close()
-	e := &env{cfg: cfg, rdb: rdb, recv: NewReceiver(cfg.Logger), probe: &lagProbe{}, log: cfg.Logger}
+	obs, err := cfg.Redis.NewClient(deploy.ClientTuning{PoolSize: 4})
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: %w", err)
+	}
+	defer obs.Close()
+	e := &env{cfg: cfg, rdb: rdb, obs: obs, seen: observerOf(obs), recv: NewReceiver(cfg.Logger), probe: &lagProbe{}, log: cfg.Logger}
 	defer e.recv.Close()
 	pctx, stopProbe := context.WithCancel(ctx)
 	defer stopProbe()
@@ -298,6 +303,7 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 	if err != nil {
 		return err
 	}
+	seen0 := e.seen.snapshot()
 	w, err := e.startWorkers(ctx, ns)
 	if err != nil {
 		return err
@@ -307,7 +313,7 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 	self0 := selfCPU()
 	sctx, stopSampler := context.WithCancel(ctx)
 	smp, sdone := &sampler{}, make(chan struct{})
-	go func() { smp.run(sctx, e.rdb, func() stock { return e.stockOf(sctx, ns) }, sc.start); close(sdone) }()
+	go func() { smp.run(sctx, e.look(), func() stock { return e.stockOf(sctx, ns) }, sc.start); close(sdone) }()
 
 	berr := body(ctx, sc)
 	var expect float64
@@ -320,6 +326,7 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 	}
 	end := time.Now()
 	after, serr := e.redisSnapshot(ctx)
+	seen1 := e.seen.snapshot()
 	wcpu, wstats, self := w.CPU(), w.stats(), selfCPU()-self0
 	stopSampler()
 	<-sdone
@@ -341,7 +348,11 @@ func (e *env) scenario(ctx context.Context, r *ScenarioReport, name string, subs
 	if sc.phases != nil {
 		sc.phases(outs)
 	}
-	r.Redis = redisCost(after.sub(before), r.Delivered, true)
+	d, harness := after.sub(before).without(seen0, seen1)
+	r.Redis = redisCost(d, r.Delivered, true)
+	if r.Delivered > 0 {
+		r.Redis.HarnessCommandsPerDelivery = float64(harness) / float64(r.Delivered)
+	}
 	r.WorkerCPUPerDelivery, r.HarnessCPUPerDelivery = perDelivery(wcpu, r.Delivered), perDelivery(self, r.Delivered)
 	r.WallSeconds = end.Sub(sc.start).Seconds()
 	if err := e.chart(r); err != nil {

@@ -50,6 +50,9 @@ func (r *ScenarioReport) summary(w io.Writer) {
 	if r.Redis.IncludesPublishing {
 		pub = ", publishing included"
 	}
+	if h := r.Redis.HarnessCommandsPerDelivery; h > 0 {
+		pub += fmt.Sprintf(" (the harness' own %.1f commands left out)", h)
+	}
 	fmt.Fprintf(w, "   %.1f deliveries/s overall; %.3f handler runs per delivery; Redis per delivery: %.1f commands (Lua's included), %.2f round trips, %.0f µs in commands, %.0f µs CPU%s\n",
 		r.DeliveriesPerSec, r.RunsPerDelivery, r.Redis.CommandsPerDelivery, r.Redis.RoundTripsPerDelivery, r.Redis.UsecPerDelivery, r.Redis.CPUUsecPerDelivery, pub)
 	fmt.Fprintf(w, "   CPU per delivery: worker %s, harness (generator + receiver) %.0f µs\n", cpuText(r.WorkerCPUPerDelivery), r.HarnessCPUPerDelivery)
