@@ -152,8 +152,13 @@ var commitScript = script(luaAdapt + `
 -- the 2xx counted in the adaptive window (G.an, added to a_n) and the
 -- latency (G.lt): one call for both.
 local G = {an = 0}
+-- the gate's fields a commit reads: g[1..7] these, g[8..16] adaptFields,
+-- g[17] wr (turn.go)
+local gateFields = {'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt'}
+for _, f in ipairs(adaptFields) do gateFields[#gateFields + 1] = f end
+gateFields[#gateFields + 1] = 'wr'
 local function commit_gate(gate)
-  local g = redis.call('HMGET', gate, 'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt', unpack(adaptFields))
+  local g = redis.call('HMGET', gate, unpack(gateFields))
   if G.lt then g[7] = G.lt end
   if G.an > 0 then g[14] = (tonumber(g[14]) or 0) + G.an end
   return g
@@ -389,10 +394,12 @@ local function commit(ARGV, counters)
   end
   -- a freed slot may let a parked delivery go: a turn soon, at most one
   -- every 100 ms for the commits of a busy subscriber (what a turn hands
-  -- out covers its slots meanwhile)
+  -- out covers its slots meanwhile); none while the last turn waits for
+  -- what no slot changes (g[17], wr: its rate's next chunk, a cooldown,
+  -- the probe), with its next turn arranged by then
   -- (the lot counted once a group: what this group parks due now asks
   -- its own turn above)
-  if kind ~= 'interrupted' then
+  if kind ~= 'interrupted' and not (g[17] and tonumber(g[17]) > now) then
     if G.due == nil then G.due = redis.call('ZCOUNT', k.lot, '-inf', now) > 0 end
     if G.due then soon(now + 100) end
   end

@@ -112,11 +112,12 @@ local function capacity(mif, lt, maxwait, waiters)
 end
 local function gate_fields(gate)
   local v = redis.call('HMGET', gate, 'gen', 'cv', 'paused', 'b_open', 'b_next', 'b_probe', 'b_pe', 'b_fails', 'b_since', 'b_gap',
-    'b_ramp', 'a_f', 'a_cap', 'a_cap_until', 'lt', 'ce_at', 'ce_until', 'lg', 'wk', 'lx')
+    'b_ramp', 'a_f', 'a_cap', 'a_cap_until', 'lt', 'ce_at', 'ce_until', 'lg', 'wk', 'lx', 'wr')
   return {gen = v[1] or nil, cv = v[2] or nil, paused = v[3] or nil, b_open = v[4] or nil, b_next = v[5] or nil,
     b_probe = v[6] or nil, b_pe = v[7] or nil, b_fails = v[8] or nil, b_since = v[9] or nil, b_gap = v[10] or nil,
     b_ramp = v[11] or nil, a_f = v[12] or nil, a_cap = v[13] or nil, a_cap_until = v[14] or nil,
-    lt = v[15] or nil, ce_at = v[16] or nil, ce_until = v[17] or nil, lg = v[18] or nil, wk = v[19] or nil, lx = v[20] or nil}
+    lt = v[15] or nil, ce_at = v[16] or nil, ce_until = v[17] or nil, lg = v[18] or nil, wk = v[19] or nil, lx = v[20] or nil,
+    wr = v[21] or nil}
 end
 local function woken(f, parked, now)
   if not f.ce_at or not parked or tonumber(f.ce_until) <= now or tonumber(parked) > tonumber(f.ce_at) then return nil end

@@ -52,6 +52,10 @@ local out = {-1, 0, 0}
 local handed = 0
 local next = nil
 local function soon(at) at = tonumber(at); if at and (not next or at < next) then next = at end end
+-- wr: until when no freed in-flight slot lets a due delivery go (the turn
+-- waits for its rate's next chunk, a cooldown or the breaker's probe), so
+-- that a commit in the meantime asks no turn of its own (commit.go)
+local wr = nil
 -- the fresh lane's count, looked at once a turn and kept here as the
 -- turn adds to it
 local cap, nfresh = tonumber(ARGV[12]), nil
@@ -156,9 +160,11 @@ elseif f.b_open and cool <= now then
       soon(now + tonumber(ARGV[5]))
     end
   else
-    soon(math.max(nxt, probe))
+    wr = math.max(nxt, probe)
+    soon(wr)
   end
 elseif cool > now then
+  wr = cool
   soon(cool)
 else
   local n_out = redis.call('ZCOUNT', k.out, now, '+inf')
@@ -187,7 +193,8 @@ else
   if redis.call('ZCOUNT', k.lot, '-inf', now) > 0 then
     if by_rate <= taken or n == 0 and by_rate < chunk then
       -- the next chunk of rate slots enters the lead
-      soon(math.max(now + 1, now + math.ceil(((tat - nows) - lead + T * (n_out + taken + chunk - burst)) * 1000)))
+      wr = math.max(now + 1, now + math.ceil(((tat - nows) - lead + T * (n_out + taken + chunk - burst)) * 1000))
+      soon(wr)
     elseif by_slots <= taken then
       -- a freed slot wakes it; else the first slot or lease to lapse
       local s = redis.call('ZRANGE', k.inflight, 0, 0, 'WITHSCORES')
@@ -203,6 +210,13 @@ soon((redis.call('ZRANGE', k.exp, 0, 0, 'WITHSCORES'))[2])
 soon((redis.call('ZRANGE', k.out, 0, 0, 'WITHSCORES'))[2])
 soon((redis.call('ZRANGE', k.runs, 0, 0, 'WITHSCORES'))[2])
 if next then out[1] = math.max(next, now) end
+-- wr is written for the turn the dispatcher releases the subscriber to
+-- (at or before wr: next), or goes
+if wr and wr > now then
+  if f.wr ~= tostring(wr) then redis.call('HSET', k.gate, 'wr', wr) end
+elseif f.wr then
+  redis.call('HDEL', k.gate, 'wr')
+end
 flush()
 return out`)
 

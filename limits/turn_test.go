@@ -321,3 +321,50 @@ func TestSlowStartIsATenthOfTheRateRisingToIt(t *testing.T) {
 		})
 	}
 }
+
+// A commit frees an in-flight slot, and asks the dispatcher for a turn
+// when that may let a parked delivery go; not while the last turn waits
+// for what no slot changes (wr: its rate's next chunk, a cooldown's end),
+// whose own next turn is arranged by then.
+func TestCommitAsksATurnOnlyWhenASlotHelps(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	b.pace.Limit = limits.Limit{Rate: 10, Burst: 1, Period: time.Second}
+	b.parked(t, 30)
+	delivered := limits.Outcome{Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(), Answered: true}
+	first := b.turn(t)
+	now := b.redisNow(t)
+	wr, _ := strconv.ParseInt(b.gate("wr"), 10, 64)
+	if len(first.Handouts) == 0 || wr <= now.UnixMilli() || first.Next.IsZero() || first.Next.After(time.UnixMilli(wr)) {
+		t.Fatalf("a turn the rate bound: %d handed out, wr %d, next %v (now %v); want wr ahead and the next turn by then",
+			len(first.Handouts), wr, first.Next, now)
+	}
+	admitted := func(ev string) string {
+		tok := limits.NewToken()
+		if a := b.admit(t, ev, tok); !a.Admitted {
+			t.Fatalf("%s: %+v", ev, a)
+		}
+		return tok
+	}
+	ev := first.Handouts[0].EventID
+	if c := b.commit(t, ev, admitted(ev), delivered); !c.Notify.IsZero() {
+		t.Fatalf("the commit asked a turn at %v while the turn waits for the rate until %d", c.Notify, wr)
+	}
+	// Slots bind now (2 in flight, answers in 500ms: 5 out or in flight,
+	// and 10 are out): the turn says so, and a freed slot asks a turn.
+	b.pace = limits.Pace{Limit: wide, MaxInFlight: 2, MaxWait: time.Second, Ramp: 10 * time.Second}
+	b.rdb.HSet(ctx, b.k.Record, "lt", 500)
+	if r := b.turn(t); len(r.Handouts) != 0 || b.gate("wr") != "" {
+		t.Fatalf("slots full: %d handed out, wr %q; want none and no wr", len(r.Handouts), b.gate("wr"))
+	}
+	ev = first.Handouts[1].EventID
+	c := b.commit(t, ev, admitted(ev), delivered)
+	if now := b.redisNow(t); c.Notify.IsZero() || c.Notify.After(now.Add(200*time.Millisecond)) {
+		t.Fatalf("a freed slot asked a turn at %v (now %v); want about 100ms on", c.Notify, now)
+	}
+	// A cooldown: the turn waits for its end, whatever slots free.
+	end := b.redisNow(t).Add(5 * time.Second).UnixMilli()
+	b.rdb.Set(ctx, b.k.Cooldown, end, time.Minute)
+	if r := b.turn(t); r.Next.UnixMilli() != end || b.gate("wr") != strconv.FormatInt(end, 10) {
+		t.Fatalf("cooling until %d: next %v, wr %q; want both the cooldown's end", end, r.Next.UnixMilli(), b.gate("wr"))
+	}
+}
