@@ -106,7 +106,7 @@ var FreshTTL = 10 * time.Minute
 // wait ms, 18 fresh max, 19 ramp ms, 20 waiters; 21 the records' prefix
 // (+ event id: the fresh lane's records, in the same slot), 22 batch after
 // (Pace.BatchAfter). Reply {code,
-// gen, where, due ms, paused, state, now ms, cooldown end ms}: code "new"
+// gen, where, due ms, paused, state, now ms, cooldown end ms, queued}: code "new"
 // (booked: where is the lane
 // to enqueue its task in, or "lot"), "dup" (booked before in this
 // generation: nothing written; where is the lane when its task may need
@@ -114,7 +114,8 @@ var FreshTTL = 10 * time.Minute
 // ended), "unknown" (no such subscriber), "paused" (paused and not held:
 // nothing written); paused "1" when the subscriber is paused; state the
 // record's (the one it has now, for "dup"); now Redis' clock; the
-// cooldown's end, in the past or 0 when none is in force.
+// cooldown's end, in the past or 0 when none is in force; queued "1" when
+// a new booking went to the lot behind due deliveries already there.
 //
 // The record decides alone whether a booking is new: a record of the
 // subscriber's current generation makes it a duplicate; one of another
@@ -133,8 +134,9 @@ local paused = f.paused and '1' or ''
 if f.paused and ARGV[7] ~= '1' then return {'paused', f.gen, '', '0', paused, '', '0', '0'} end
 local now, t = now_ms()
 local cool = tonumber(redis.call('GET', k.cool) or '0')
+local queued = ''
 local function reply(code, where, due, state)
-  return {code, f.gen, where, due, paused, state, string.format('%d', now), string.format('%d', cool)}
+  return {code, f.gen, where, due, paused, state, string.format('%d', now), string.format('%d', cool), queued}
 end
 local d = redis.call('HMGET', k.rec, 'g', 's', 'pt', 'q', 'u')
 local resend = ARGV[8] == '1' and d[1] == f.gen
@@ -155,7 +157,11 @@ local ttl = x + tonumber(ARGV[5]) - now
 local where, state = 'lot', 'scheduled'
 if f.paused or f.b_open then state = 'held'
 elseif cool > now then state = 'cooling'
-elseif nb <= now and redis.call('ZCOUNT', k.lot, '-inf', now) == 0 then
+elseif nb <= now and redis.call('ZCOUNT', k.lot, '-inf', now) > 0 then
+  -- behind the lot's due deliveries, handed out by the turns arranged
+  -- for them (a ready entry, or the next a turn gives itself)
+  queued = '1'
+elseif nb <= now then
   local n_out = redis.call('ZCOUNT', k.out, now, '+inf')
   local n_in = redis.call('ZCOUNT', k.inflight, now, '+inf')
   local rate, burst = effective(k.gate, f, now, tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[19]))
@@ -241,6 +247,9 @@ type Booked struct {
 	// CoolingUntil is the destination's cooldown end (a 429's Retry-After);
 	// not after Now when none is in force.
 	CoolingUntil time.Time
+	// Queued: parked behind due deliveries already in the lot, whose
+	// turns hand it out too: the ready index needs no word of it.
+	Queued bool
 }
 
 // Book books each delivery in one round trip (one per Cluster node), with
@@ -278,7 +287,7 @@ func (g *Gates) Book(ctx context.Context, also []*Call, bs ...Booking) ([]Booked
 		now, _ := strconv.ParseInt(res[6], 10, 64)
 		cool, _ := strconv.ParseInt(res[7], 10, 64)
 		out[i] = Booked{Gen: res[1], Where: res[2], Due: time.UnixMilli(due), Held: res[4] == "1", State: res[5],
-			Now: time.UnixMilli(now), CoolingUntil: time.UnixMilli(cool)}
+			Now: time.UnixMilli(now), CoolingUntil: time.UnixMilli(cool), Queued: len(res) > 8 && res[8] == "1"}
 		switch res[0] {
 		case "new":
 			out[i].New = true

@@ -400,6 +400,39 @@ func TestBurstBeyondThePaceIsParked(t *testing.T) {
 	}
 }
 
+// A publish parked in a lot that holds no due delivery tells the ready
+// index when it is due; one parked behind due deliveries does not: the
+// turns arranged for them (here one an hour on, as a turn the rate
+// bound would give itself) hand it out too, and writing it would only
+// wake a turn that finds nothing it may send.
+func TestAParkedPublishTellsTheReadyIndexOnlyWhenItLeadsTheLot(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 2, Burst: 2, Period: time.Second}})
+	ready := tasks.Keys(b.ns).Ready("")
+	for i := range 5 { // 4 handed out (the burst and a second's lead), the fifth parked
+		if _, err := b.p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rdb.ZScore(ctx, ready, "s").Result(); err != nil {
+		t.Fatalf("the first parked: no ready entry (%v)", err)
+	}
+	later := float64(time.Now().Add(time.Hour).UnixMilli())
+	rdb.ZAdd(ctx, ready, redis.Z{Score: later, Member: "s"})
+	res, err := b.p.Publish(ctx, event("e5", "t"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := b.p.GetDelivery(ctx, "s", "e5"); d.State != tasks.StateScheduled || res.Targets[0].Outcome != producer.Scheduled {
+		t.Fatalf("e5: %s, %s; want parked and said so", d.State, res.Targets[0].Outcome)
+	}
+	if at, err := rdb.ZScore(ctx, ready, "s").Result(); err != nil || at != later {
+		t.Fatalf("parked behind a due one: the ready entry is at %v (%v); want it left at the turn arranged", at, err)
+	}
+}
+
 // A publish's fast path is sized for the workers' wait (Config.MaxWait):
 // for workers that do not wait (HOOKLANE_MAX_WAIT=0) it hands to asynq
 // only what can go at once, the rate's burst, not what a second's lead

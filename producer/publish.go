@@ -332,7 +332,8 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 // target is what became of subscriber s's booking b of event evID (what
 // fanOut reports for it), with its task handed to asynq when it goes at
 // once; lot says that it is parked and the subscriber's dispatcher is to
-// be told (after every booking of the call: fanOut, PublishEach).
+// be told (after every booking of the call: fanOut, PublishEach), which
+// one parked behind due deliveries need not be.
 func (p *Producer) target(ctx context.Context, evID string, s tasks.Subscriber, b limits.Booked, shards int, how booking) (t Target, lot bool) {
 	resend := how != bookPublish
 	t = Target{SubscriberID: s.ID, TaskID: tasks.TaskID(s.ID, evID)}
@@ -346,7 +347,7 @@ func (p *Producer) target(ctx context.Context, evID string, s tasks.Subscriber, 
 		t.Outcome, t.ProcessAt, t.HeldReason = o.Outcome, o.ProcessAt, o.HeldReason
 		switch b.Where {
 		case limits.WhereLot:
-			lot = true
+			lot = !b.Queued // behind due ones: their turns hand it out
 		case limits.WhereFresh, limits.WhereBacklog:
 			// A duplicate whose task is missing (the publish before
 			// failed between its booking and its task) is this call's,
