@@ -55,6 +55,7 @@ type handler struct {
 	client     *http.Client
 	room       *waitRoom
 	subs       *subCache
+	bodies     *bodies // the stored events read last (bodies.go)
 	totals     *totals // the runs' counters, for the namespace's aggregates
 	log        *slog.Logger
 	stats      *Stats
@@ -184,6 +185,9 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 	req := limits.AdmitRequest{EventID: r.event, Token: r.token, SlotTTL: h.cfg.RequestTimeout + maxWait + 5*time.Second,
 		Pace: pace, Read: h.keys.TenantEvent(tasks.TenantOf(r.sub), r.event), ReadField: tasks.EventFieldBody,
 		Legacy: h.keys.LegacyEvent(tasks.ScopedID(tasks.TenantOf(r.sub), r.event))}
+	if b, ok := h.bodies.get(req.Read); ok {
+		r.body, req.Read = b, "" // read for another subscriber's delivery of it
+	}
 	if maxWait > 0 {
 		// A delivery handed out up to the lead before its rate slot waits
 		// for it here, and for a free in-flight slot up to MaxWait.
@@ -238,7 +242,9 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 			if a.ReadErr != nil {
 				h.log.Warn("could not read the stored event; it is read again", "subscriber_id", r.sub, "err", a.ReadErr)
 			} else {
-				r.body, req.Read = storedBody(a.Value), ""
+				r.body = storedBody(a.Value)
+				h.bodies.put(req.Read, r.body)
+				req.Read = ""
 			}
 		}
 		r.adm, r.admittedAt = a, time.Now()
