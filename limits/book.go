@@ -115,7 +115,8 @@ var FreshTTL = 10 * time.Minute
 // nothing written); paused "1" when the subscriber is paused; state the
 // record's (the one it has now, for "dup"); now Redis' clock; the
 // cooldown's end, in the past or 0 when none is in force; queued "1" when
-// a new booking went to the lot behind due deliveries already there.
+// a new booking went to the lot behind due deliveries already there while
+// the last turn waits for its rate, a cooldown or the breaker's probe.
 //
 // The record decides alone whether a booking is new: a record of the
 // subscriber's current generation makes it a duplicate; one of another
@@ -158,9 +159,12 @@ local where, state = 'lot', 'scheduled'
 if f.paused or f.b_open then state = 'held'
 elseif cool > now then state = 'cooling'
 elseif nb <= now and redis.call('ZCOUNT', k.lot, '-inf', now) > 0 then
-  -- behind the lot's due deliveries, handed out by the turns arranged
-  -- for them (a ready entry, or the next a turn gives itself)
-  queued = '1'
+  -- behind the lot's due deliveries: while the last turn waits for what
+  -- no booking changes (wr: the rate's next chunk, a cooldown, the probe;
+  -- turn.go), the turn arranged by then hands it out too (else the ready
+  -- entry is written now: a subscriber its slots bind takes its next turn
+  -- at once)
+  if f.wr and tonumber(f.wr) > now then queued = '1' end
 elseif nb <= now then
   local n_out = redis.call('ZCOUNT', k.out, now, '+inf')
   local n_in = redis.call('ZCOUNT', k.inflight, now, '+inf')
@@ -247,8 +251,9 @@ type Booked struct {
 	// CoolingUntil is the destination's cooldown end (a 429's Retry-After);
 	// not after Now when none is in force.
 	CoolingUntil time.Time
-	// Queued: parked behind due deliveries already in the lot, whose
-	// turns hand it out too: the ready index needs no word of it.
+	// Queued: parked behind due deliveries already in the lot while the
+	// last turn waits for the rate, a cooldown or the probe: the turn
+	// arranged by then hands it out too, the ready index needs no word.
 	Queued bool
 }
 

@@ -401,16 +401,18 @@ func TestBurstBeyondThePaceIsParked(t *testing.T) {
 }
 
 // A publish parked in a lot that holds no due delivery tells the ready
-// index when it is due; one parked behind due deliveries does not: the
-// turns arranged for them (here one an hour on, as a turn the rate
-// bound would give itself) hand it out too, and writing it would only
-// wake a turn that finds nothing it may send.
-func TestAParkedPublishTellsTheReadyIndexOnlyWhenItLeadsTheLot(t *testing.T) {
+// index when it is due; one parked behind due deliveries does not while
+// the last turn waits for the rate (wr, here an hour on, with the turn it
+// arranged): that turn hands it out too, and the write would only wake a
+// turn that may send nothing. A subscriber its slots bind (no wr) is told
+// at once: its next turn may hand it out.
+func TestAParkedPublishTellsTheReadyIndexOnlyWhenATurnMayTakeIt(t *testing.T) {
 	b, ctx := setup(t), context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { rdb.Close() })
 	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 2, Burst: 2, Period: time.Second}})
-	ready := tasks.Keys(b.ns).Ready("")
+	keys := tasks.Keys(b.ns)
+	ready := keys.Ready("")
 	for i := range 5 { // 4 handed out (the burst and a second's lead), the fifth parked
 		if _, err := b.p.Publish(ctx, event(fmt.Sprintf("e%d", i), "t"), nil); err != nil {
 			t.Fatal(err)
@@ -419,17 +421,30 @@ func TestAParkedPublishTellsTheReadyIndexOnlyWhenItLeadsTheLot(t *testing.T) {
 	if _, err := rdb.ZScore(ctx, ready, "s").Result(); err != nil {
 		t.Fatalf("the first parked: no ready entry (%v)", err)
 	}
-	later := float64(time.Now().Add(time.Hour).UnixMilli())
-	rdb.ZAdd(ctx, ready, redis.Z{Score: later, Member: "s"})
-	res, err := b.p.Publish(ctx, event("e5", "t"), nil)
-	if err != nil {
-		t.Fatal(err)
+	later := time.Now().Add(time.Hour).UnixMilli()
+	publish := func(id string) float64 {
+		t.Helper()
+		res, err := b.p.Publish(ctx, event(id, "t"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, _ := b.p.GetDelivery(ctx, "s", id); d.State != tasks.StateScheduled || res.Targets[0].Outcome != producer.Scheduled {
+			t.Fatalf("%s: %s, %s; want parked and said so", id, d.State, res.Targets[0].Outcome)
+		}
+		at, err := rdb.ZScore(ctx, ready, "s").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at
 	}
-	if d, _ := b.p.GetDelivery(ctx, "s", "e5"); d.State != tasks.StateScheduled || res.Targets[0].Outcome != producer.Scheduled {
-		t.Fatalf("e5: %s, %s; want parked and said so", d.State, res.Targets[0].Outcome)
+	rdb.ZAdd(ctx, ready, redis.Z{Score: float64(later), Member: "s"})
+	rdb.HSet(ctx, keys.Gate("s"), "wr", later)
+	if at := publish("e5"); at != float64(later) {
+		t.Fatalf("parked behind a due one while the turn waits for the rate: the ready entry moved to %v; want it left at %v", at, later)
 	}
-	if at, err := rdb.ZScore(ctx, ready, "s").Result(); err != nil || at != later {
-		t.Fatalf("parked behind a due one: the ready entry is at %v (%v); want it left at the turn arranged", at, err)
+	rdb.HDel(ctx, keys.Gate("s"), "wr")
+	if at := publish("e6"); at >= float64(later) {
+		t.Fatalf("parked behind a due one, no wait noted: the ready entry left at %v; want it at the booking's due time", at)
 	}
 }
 

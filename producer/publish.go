@@ -333,7 +333,7 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 // fanOut reports for it), with its task handed to asynq when it goes at
 // once; lot says that it is parked and the subscriber's dispatcher is to
 // be told (after every booking of the call: fanOut, PublishEach), which
-// one parked behind due deliveries need not be.
+// one parked behind due deliveries while a turn waits need not be.
 func (p *Producer) target(ctx context.Context, evID string, s tasks.Subscriber, b limits.Booked, shards int, how booking) (t Target, lot bool) {
 	resend := how != bookPublish
 	t = Target{SubscriberID: s.ID, TaskID: tasks.TaskID(s.ID, evID)}
@@ -347,7 +347,7 @@ func (p *Producer) target(ctx context.Context, evID string, s tasks.Subscriber, 
 		t.Outcome, t.ProcessAt, t.HeldReason = o.Outcome, o.ProcessAt, o.HeldReason
 		switch b.Where {
 		case limits.WhereLot:
-			lot = !b.Queued // behind due ones: their turns hand it out
+			lot = !b.Queued // behind due ones while a turn waits: that turn hands it out
 		case limits.WhereFresh, limits.WhereBacklog:
 			// A duplicate whose task is missing (the publish before
 			// failed between its booking and its task) is this call's,
