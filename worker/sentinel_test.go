@@ -196,6 +196,15 @@ func sentinelFailover(t *testing.T) {
 		return settled
 	})
 	slices.Sort(missing)
+	for _, id := range missing { // where each missing one is, for the failure's reader
+		k := tasks.Keys(ns)
+		g := k.Gates("s")
+		d, derr := p.GetDelivery(ctx, "s", id)
+		rec := rdb.HGetAll(ctx, g.Deliveries+id).Val()
+		t.Logf("missing %s: delivery %+v %v; record %v; lot %v; out %v; runs %v; gate %v; ready %v; claimed %v; in flight %v", id, d, derr, rec,
+			rdb.ZScore(ctx, g.Lot, id).Val(), rdb.ZScore(ctx, g.Out, id).Val(), rdb.ZScore(ctx, g.Runs, id).Val(), rdb.HGetAll(ctx, g.Record).Val(),
+			rdb.ZRangeWithScores(ctx, k.Ready(""), 0, -1).Val(), rdb.ZRangeWithScores(ctx, k.Claimed(""), 0, -1).Val(), rdb.ZRangeWithScores(ctx, g.InFlight, 0, -1).Val())
+	}
 
 	arrivals := rc.Got()
 	var firstDelivery time.Time // the first arrival of an event acknowledged after the kill
