@@ -2,8 +2,7 @@ package loadtest
 
 import (
 	"context"
-	"net"
-	"strings"
+	"maps"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -26,9 +25,7 @@ func observerOf(rdb redis.UniversalClient) *observer {
 	return o
 }
 
-func (o *observer) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
-}
+func (o *observer) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (o *observer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
@@ -52,7 +49,7 @@ func (o *observer) count(cmds []redis.Cmder) {
 	defer o.mu.Unlock()
 	o.trips++
 	for _, c := range cmds {
-		o.calls[strings.ToLower(c.Name())]++
+		o.calls[c.Name()]++ // lower case, as INFO names it
 	}
 }
 
@@ -63,11 +60,7 @@ func (o *observer) snapshot() observed {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	s := observed{calls: make(map[string]int64, len(o.calls)), trips: o.trips}
-	for k, v := range o.calls {
-		s.calls[k] = v
-	}
-	return s
+	return observed{calls: maps.Clone(o.calls), trips: o.trips}
 }
 
 // observed is an observer's counts at one moment.
@@ -82,25 +75,15 @@ type observed struct {
 // CPU stays whole: the harness' reads are a few µs of it a delivery.
 func (d redisStats) without(before, after observed) (redisStats, int64) {
 	var n int64
-	calls, usecBy := map[string]int64{}, map[string]int64{}
-	for k, v := range d.Calls {
-		calls[k] = v
-	}
-	for k, v := range d.UsecBy {
-		usecBy[k] = v
-	}
+	calls, usecBy := maps.Clone(d.Calls), maps.Clone(d.UsecBy)
 	out := d
 	for k, v := range after.calls {
 		x := min(v-before.calls[k], calls[k])
 		if x <= 0 {
 			continue
 		}
-		if c := calls[k]; c > 0 {
-			share := usecBy[k] * x / c
-			usecBy[k] -= share
-			out.Usec -= share
-		}
-		calls[k] -= x
+		share := usecBy[k] * x / calls[k]
+		usecBy[k], out.Usec, calls[k] = usecBy[k]-share, out.Usec-share, calls[k]-x
 		n += x
 	}
 	out.Calls, out.UsecBy = calls, usecBy
