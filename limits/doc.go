@@ -70,8 +70,8 @@
 // write (a publish whose process dies after its booking); the region's
 // rescuer (worker/rescuer.go) sweeps the subscribers (a cursor over their
 // ids, one read-only script each, never a keyspace SCAN) and gives a turn
-// to any whose earliest time is more than 5 s past with none due or
-// claimed. It and the turns count what they move in
+// to any whose earliest time is more than 5 s past with none claimed or
+// due within those 5 s (rescue.go says when its lot counts). It and the turns count what they move in
 // hooklane_rescued_total{reason}.
 //
 // # One owner per fact

@@ -181,3 +181,63 @@ func TestARunDeadAfterItsRateSlotIsHandedOutAgain(t *testing.T) {
 		t.Fatalf("turn after b's run died: lost hand-out %v, out %v; want b handed out again, lost", lost, b.score(b.k.Out, "b"))
 	}
 }
+
+// Overdue counts a lot's head only when nothing else will move it: not
+// while a delivery of the subscriber is under way (its commit asks the
+// turn), nor while it is paused, cools down, waits for the breaker's probe
+// or for its rate's next chunk (the last turn's wr), each of which the
+// turn it arranged waits for. The heads of out, runs and exp count
+// whatever holds the subscriber.
+func TestOverdueCountsTheLotOnlyWhenNothingElseMovesIt(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	now := b.redisNow(t)
+	ms := func(d time.Duration) float64 { return float64(now.Add(d).UnixMilli()) }
+	if bk := b.book(t, "e1", func(bk *limits.Booking) { bk.NotBefore = now.Add(time.Minute) }); bk.Where != limits.WhereLot {
+		t.Fatalf("booked %+v; want the lot", bk)
+	}
+	b.rdb.ZAdd(ctx, b.k.Lot, redis.Z{Score: ms(-10 * time.Second), Member: "e1"}) // due 10 s ago
+	late := func() bool {
+		t.Helper()
+		_, late, err := b.g.Overdue(ctx, b.k, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return late
+	}
+	if !late() {
+		t.Fatal("a lot due 10 s ago with nothing else to move it: not late")
+	}
+	for _, c := range []struct {
+		name       string
+		hold, free func()
+	}{
+		{"a run's live slot", func() { b.rdb.ZAdd(ctx, b.k.InFlight, redis.Z{Score: ms(time.Minute), Member: "tok"}) },
+			func() { b.rdb.ZRem(ctx, b.k.InFlight, "tok") }},
+		{"a run waiting for its rate slot", func() { b.rdb.ZAdd(ctx, b.k.Runs, redis.Z{Score: ms(time.Minute), Member: "e2"}) },
+			func() { b.rdb.ZRem(ctx, b.k.Runs, "e2") }},
+		{"a delivery handed out", func() { b.rdb.ZAdd(ctx, b.k.Out, redis.Z{Score: ms(time.Minute), Member: "e2"}) },
+			func() { b.rdb.ZRem(ctx, b.k.Out, "e2") }},
+		{"paused", func() { b.rdb.HSet(ctx, b.k.Record, "paused", "operator") }, func() { b.rdb.HDel(ctx, b.k.Record, "paused") }},
+		{"cooling", func() { b.rdb.Set(ctx, b.k.Cooldown, int64(ms(time.Minute)), time.Hour) }, func() { b.rdb.Del(ctx, b.k.Cooldown) }},
+		{"the breaker's next probe", func() { b.rdb.HSet(ctx, b.k.Record, "b_open", 1, "b_next", int64(ms(time.Minute))) },
+			func() { b.rdb.HDel(ctx, b.k.Record, "b_open", "b_next") }},
+		{"the rate's next chunk", func() { b.rdb.HSet(ctx, b.k.Record, "wr", int64(ms(time.Minute))) },
+			func() { b.rdb.HDel(ctx, b.k.Record, "wr") }},
+	} {
+		c.hold()
+		if late() {
+			t.Errorf("%s: the lot counted late", c.name)
+		}
+		c.free()
+		if !late() {
+			t.Errorf("after %s: the lot not late", c.name)
+		}
+	}
+	// out's head counts whatever holds the subscriber
+	b.rdb.HSet(ctx, b.k.Record, "paused", "operator")
+	b.rdb.ZAdd(ctx, b.k.Out, redis.Z{Score: ms(-10 * time.Second), Member: "e2"})
+	if !late() {
+		t.Error("a paused subscriber's hand-out lapsed 10 s ago: not late")
+	}
+}

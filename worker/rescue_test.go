@@ -265,3 +265,59 @@ func TestRescuerGivesAResumeItsTurn(t *testing.T) {
 	}
 	testkit.Eventually(t, 15*time.Second, "e1 delivered after the resume", func() bool { return rc.Count() == 1 })
 }
+
+// A delivery parked in the lot whose write of the ready index was lost
+// while the subscriber had a later turn due (here an event scheduled an
+// hour ahead) is not left to that turn: the rescuer gives the subscriber
+// one now. (Before, any ready entry was taken for a turn due: the
+// delivery waited for the hour.)
+func TestRescuerBringsALateTurnForward(t *testing.T) {
+	rc := testkit.NewReceiver(t, func(http.ResponseWriter, *http.Request, string) bool { return true })
+	b := setup(t, worker.Config{RescueInterval: 100 * time.Millisecond, RescueSweep: 100 * time.Millisecond})
+	s := b.put(t, tasks.Subscriber{ID: "r4", URL: rc.URL, Limit: fast, MaxInFlight: 2})
+	ctx := context.Background()
+	hour := time.Now().Add(time.Hour)
+	if _, err := b.p.Publish(ctx, tasks.Event{ID: "later", Type: "t", Data: []byte(`1`)}, &producer.PublishOpts{NotBefore: hour}); err != nil {
+		t.Fatal(err)
+	}
+	k := tasks.Keys(b.ns)
+	g := k.Gates(s.ID)
+	testkit.Eventually(t, 5*time.Second, "its turn an hour ahead", func() bool {
+		at, err := b.rdb.ZScore(ctx, k.Ready(""), s.ID).Result()
+		return err == nil && at >= float64(hour.Add(-time.Minute).UnixMilli())
+	})
+	pc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { pc.Close() })
+	pc.AddHook(&loseOnce{match: mentions(k.Ready(""))}) // the publish's ready write
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: pc, Namespace: b.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// due in 2 s: parked in the lot, its ready write lost (the app died)
+	_, _ = p.Publish(ctx, tasks.Event{ID: "soon", Type: "t", Data: []byte(`1`)}, &producer.PublishOpts{NotBefore: time.Now().Add(2 * time.Second)})
+	if _, err := b.rdb.ZScore(ctx, g.Lot, "soon").Result(); err != nil {
+		t.Fatalf("the event due soon is not in the lot: %v", err)
+	}
+	if at := b.rdb.ZScore(ctx, k.Ready(""), s.ID).Val(); at < float64(hour.Add(-time.Minute).UnixMilli()) {
+		t.Fatalf("the ready write was not lost: the turn is at %v", time.UnixMilli(int64(at)))
+	}
+	// Ten seconds later: it has been due for eight.
+	b.rdb.ZAddXX(ctx, g.Lot, redis.Z{Score: float64(time.Now().Add(-8 * time.Second).UnixMilli()), Member: "soon"})
+	sent := func(id string) int {
+		n := 0
+		for _, a := range rc.Got() {
+			if a.ID == id {
+				n++
+			}
+		}
+		return n
+	}
+	testkit.Eventually(t, 10*time.Second, "the event due soon delivered", func() bool { return sent("soon") == 1 })
+	if n := sent("later"); n != 0 {
+		t.Errorf("the event scheduled an hour ahead was sent %d times", n)
+	}
+	testkit.Eventually(t, 5*time.Second, "the rescue counted", func() bool {
+		counts, _ := worker.ReadCounters(ctx, b.rdb, b.ns)
+		return counts["rescued:"+worker.RescuedNoTurn] == 1
+	})
+}

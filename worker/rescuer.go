@@ -16,8 +16,9 @@ import (
 // hooklane_rescued_total{reason}).
 const (
 	// RescuedNoTurn: a subscriber had deliveries overdue in its lot, out or
-	// runs and no turn due or claimed in its region's ready index (a ready
-	// write lost with a process that died after its script): given one.
+	// runs and no turn claimed or due soon in its region's ready index (a
+	// ready write lost with a process that died after its script): given
+	// one.
 	RescuedNoTurn = "no_turn"
 	// RescuedLostRun: a run's worker died and nothing else held its
 	// delivery (its task was let go, or a rerun found the slots full):
@@ -52,7 +53,9 @@ func (h *handler) rescued(sub, reason string, n int64) {
 // rescuer are: every RescueInterval the worker holding the region's lease
 // looks at the next batch of subscribers (a cursor over every subscriber
 // id, sized so that a sweep takes RescueSweep) and gives a turn to each
-// whose deliveries are overdue without one due or claimed, or that was
+// whose deliveries are overdue without one claimed or due within
+// rescueGrace (a later one is what a lost write of the ready index left:
+// the write that was to bring it forward), or that was
 // resumed more than rescueGrace ago with no turn since (its ready entry
 // may be the far horizon of its paused schedule). The turn then
 // moves them (limits.Turn: a lost run or task handed out again, an ended
@@ -135,8 +138,8 @@ func (ds *dispatchers) rescuePass(ctx context.Context, region string) (int, erro
 			return rescued, err
 		}
 		soon := float64(time.Now().Add(rescueGrace).UnixMilli())
-		if c.Err() == nil || r.Err() == nil && (!woken[i] || r.Val() <= soon) {
-			continue // a turn is under way, or due (for a resume: soon)
+		if c.Err() == nil || r.Err() == nil && r.Val() <= soon {
+			continue // a turn is under way, or due soon
 		}
 		if err := h.gates.Notify(ctx, ready, id, time.Time{}); err != nil {
 			return rescued, err
