@@ -97,13 +97,20 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 // elsewhere: in a request, waiting for a rate slot); what is asked while a
 // group is on its way goes in the next. So a batch whose requests answer
 // together commits once, and no call waits more than linger for another
-// delivery.
+// delivery. Until first calls were made (every delivery's first Admit:
+// each delivery's first step, nothing else comes before it), a call waits
+// up to firstLinger instead: a delivery whose goroutine a busy process
+// starts a few milliseconds late still joins the batch's one Admit.
 type group[In, Out any] struct {
 	send   func(context.Context, []In) ([]Out, error)
 	linger time.Duration
 	live   *atomic.Int64 // the batch's deliveries still running (batchCalls.live)
+	// first calls (0: none) are waited for up to firstLinger
+	first       int
+	firstLinger time.Duration
 
 	mu      sync.Mutex
+	asked   int // calls made
 	waiting []*groupCall[In, Out]
 	sending bool
 	kick    chan struct{} // a call was made or a delivery ended: look again
@@ -120,6 +127,7 @@ func (g *group[In, Out]) call(ctx context.Context, in In) (Out, error) {
 	c := &groupCall[In, Out]{in: in, done: make(chan struct{})}
 	g.mu.Lock()
 	g.waiting = append(g.waiting, c)
+	g.asked++
 	lead := !g.sending
 	g.sending = true
 	g.mu.Unlock()
@@ -176,13 +184,17 @@ func (g *group[In, Out]) gather() {
 	var timer *time.Timer
 	for {
 		g.mu.Lock()
-		n := int64(len(g.waiting))
+		n, firstRound := int64(len(g.waiting)), g.asked < g.first
 		g.mu.Unlock()
 		if n == 0 || n >= g.live.Load() {
 			break
 		}
 		if timer == nil {
-			timer = time.NewTimer(g.linger)
+			linger := g.linger
+			if firstRound {
+				linger = g.firstLinger
+			}
+			timer = time.NewTimer(linger)
 		}
 		select {
 		case <-g.kick:
@@ -206,10 +218,12 @@ type batchCalls struct {
 
 // The longest a batch's Admit and commit wait for the batch's other
 // deliveries to ask too (group.gather): a fraction of a request, a few
-// round trips.
+// round trips; the batch's first Admits, which every delivery makes at
+// once, firstAdmitLinger.
 const (
-	admitLinger  = 2 * time.Millisecond
-	commitLinger = 5 * time.Millisecond
+	admitLinger      = 2 * time.Millisecond
+	firstAdmitLinger = 20 * time.Millisecond
+	commitLinger     = 5 * time.Millisecond
 )
 
 // newBatchCalls are n deliveries' grouped calls, sent with send's.
@@ -218,7 +232,8 @@ func newBatchCalls(n int, admit func(context.Context, []limits.AdmitRequest) ([]
 	notify func(context.Context, []time.Time) ([]struct{}, error)) *batchCalls {
 	c := &batchCalls{}
 	c.live.Store(int64(n))
-	c.admits = group[limits.AdmitRequest, limits.Admission]{send: admit, linger: admitLinger, live: &c.live, kick: make(chan struct{}, 1)}
+	c.admits = group[limits.AdmitRequest, limits.Admission]{send: admit, linger: admitLinger, live: &c.live, kick: make(chan struct{}, 1),
+		first: n, firstLinger: firstAdmitLinger}
 	c.commits = group[limits.Outcome, limits.Committed]{send: commit, linger: commitLinger, live: &c.live, kick: make(chan struct{}, 1)}
 	c.notifies = group[time.Time, struct{}]{send: notify, linger: 0, live: &c.live, kick: make(chan struct{}, 1)}
 	return c
