@@ -168,6 +168,27 @@ end
 -- list, set before each)
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
   stats = KEYS[9], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15], runs = KEYS[16]}
+-- an outcome's state, kept here so that the helpers below are made once
+-- a script, not once an outcome: its flags, the record's fields to set
+-- (written in one HSET: before the attempts are read for a dead letter,
+-- else at the end; O.w[1..O.wn]) and when it needs a turn (O.notify)
+local O = {flags = '', w = {}, wn = 0, notify = -1}
+local function has(c) return string.find(O.flags, c, 1, true) ~= nil end
+local function set(f, v)
+  O.w[O.wn + 1], O.w[O.wn + 2] = f, v
+  O.wn = O.wn + 2
+end
+local function write()
+  if O.wn > 0 then
+    redis.call('HSET', k.rec, unpack(O.w, 1, O.wn))
+    O.wn = 0
+  end
+end
+local function soon(at) if at >= 0 and (O.notify < 0 or at < O.notify) then O.notify = at end end
+-- an ended record lives the dedup window (ms) at least
+local function keep_ended(dedup)
+  if redis.call('PTTL', k.rec) < tonumber(dedup) then redis.call('PEXPIRE', k.rec, dedup) end
+end
 -- one outcome of k.rec: ARGV as the comment above lays them out
 local function commit(ARGV, counters)
   local ev, token, kind = ARGV[1], ARGV[2], ARGV[3]
@@ -193,15 +214,7 @@ local function commit(ARGV, counters)
     return {'superseded', -1, 0, 0, 0}
   end
   later('ZREM', k.runs, ev)
-  local flags = ARGV[10]
-  local function has(c) return string.find(flags, c, 1, true) ~= nil end
-  -- the record's fields to set, written in one HSET (before the attempts
-  -- are read for a dead letter, else at the end)
-  local w = {}
-  local function set(f, v) w[#w + 1] = f; w[#w + 1] = v end
-  local function write()
-    if #w > 0 then redis.call('HSET', k.rec, unpack(w)); w = {} end
-  end
+  O.flags, O.wn, O.notify = ARGV[10], 0, -1
   if ARGV[4] ~= '' then set(ARGV[4], ARGV[5]) end
   -- the attempt that went early because an operator ended a cooldown says
   -- so (the worker wrote the note from Admission.CooldownEndedAt); the next
@@ -212,8 +225,6 @@ local function commit(ARGV, counters)
     set(ARGV[6], ARGV[7])
     redis.call('HDEL', k.rec, 'lr')
   end
-  local notify = -1
-  local function soon(at) if at >= 0 and (notify < 0 or at < notify) then notify = at end end
 
   -- the breaker
   local change, since = 0, 0
@@ -291,9 +302,6 @@ local function commit(ARGV, counters)
 
   -- the delivery
   local x = tonumber(d[4])
-  local function keep_ended()
-    if redis.call('PTTL', k.rec) < tonumber(ARGV[21]) then redis.call('PEXPIRE', k.rec, ARGV[21]) end
-  end
   local stale = 0
   if kind == 'delivered' then
     set('s', 'delivered')
@@ -303,7 +311,7 @@ local function commit(ARGV, counters)
     if d[6] == 'fresh' then later('ZREM', k.fresh, ev) end
     -- booked to live until its horizon + the dedup window: delivered before
     -- its horizon, it outlives the delivery by the window already
-    if not x or now > x then keep_ended() end
+    if not x or now > x then keep_ended(ARGV[21]) end
     -- a dead letter of the delivery (le: one was written, or the release
     -- before may have written one) not replayed is stale: it goes; not
     -- one a replay has claimed, which marks it replayed once its task is
@@ -361,7 +369,7 @@ local function commit(ARGV, counters)
     redis.call('HDEL', k.rec, 'tk', 'nx')
     for _, key in ipairs({k.lot, k.out, k.exp, k.fresh}) do redis.call('ZREM', key, ev) end
     redis.call('SREM', k.retry, ev)
-    keep_ended()
+    keep_ended(ARGV[21])
     local parts = {}
     local h = redis.call('HGETALL', k.rec)
     for i = 1, #h, 2 do
@@ -404,11 +412,11 @@ local function commit(ARGV, counters)
     if G.due then soon(now + 100) end
   end
   for f, n in string.gmatch(ARGV[22], '(%S+) (%S+)') do counters[f] = (counters[f] or 0) + tonumber(n) end
-  local reply = notify .. '|' .. change .. '|' .. since .. '|' .. stale
+  local reply = O.notify .. '|' .. change .. '|' .. since .. '|' .. stale
   set('ok', token)
   set('okr', reply)
   write()
-  return {'ok', notify, change, since, stale}
+  return {'ok', O.notify, change, since, stale}
 end
 local n, counters, out, commitArgs = tonumber(ARGV[1]), {}, {}, 32
 for i = 1, n do
