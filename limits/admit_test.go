@@ -448,3 +448,32 @@ func TestAdmitAsksLessAfterItsRateSlotAndWhenFull(t *testing.T) {
 		t.Fatalf("a group of three found the slots full: %d trims; want 1", n)
 	}
 }
+
+// A lot entry beside a handed-out delivery's record (a commit that hands
+// it out again while asynq may still hold its task, an entry of a deleted
+// generation) goes when a run takes the delivery: a turn hands out
+// whatever the lot holds without reading its record, so an entry that
+// outlived its delivery would mark the delivered record pending again and
+// have it sent twice. (Admit looks in the lot for every delivery it takes
+// for this; skipping the look for pending records, one command a
+// delivery, was tried on 2026-12-07 and is what this test refuses.)
+func TestAdmitTakesALeftLotEntryWithTheDelivery(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	if bk := b.book(t, "e"); bk.Where == limits.WhereLot {
+		t.Fatalf("booked %+v; want straight to asynq", bk)
+	}
+	b.rdb.ZAdd(ctx, b.k.Lot, redis.Z{Score: float64(b.redisNow(t).Add(-time.Second).UnixMilli()), Member: "e"})
+	tok := limits.NewToken()
+	if a := b.admit(t, "e", tok); !a.Admitted {
+		t.Fatalf("e: %+v; want admitted", a)
+	}
+	b.commit(t, "e", tok, limits.Outcome{Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(), AttemptField: "a1",
+		Attempt: `{"status":200}`, Answered: true, Limit: wide})
+	if hs := b.turn(t).Handouts; len(hs) != 0 || b.score(b.k.Lot, "e") >= 0 {
+		t.Fatalf("after e was delivered a turn handed out %+v (lot %v); want nothing", hs, b.score(b.k.Lot, "e"))
+	}
+	if s := b.rec(t, "e", "s"); s != "delivered" {
+		t.Fatalf("e's record: %s; want delivered", s)
+	}
+}
