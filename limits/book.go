@@ -120,7 +120,8 @@ var FreshTTL = 10 * time.Minute
 //
 // The record decides alone whether a booking is new: a record of the
 // subscriber's current generation makes it a duplicate; one of another
-// generation (a deleted subscriber's) is replaced. A delivery due now goes
+// generation (a deleted subscriber's) is replaced, and its delivery's
+// entries in the lot, exp and retry go with it. A delivery due now goes
 // straight to asynq when its destination can take it now — not held, its
 // lot empty of due deliveries, a rate slot within the lead, an in-flight
 // slot within its capacity — and has no backlog in asynq (fewer than
@@ -150,6 +151,14 @@ if d[1] == f.gen and (d[3] == ARGV[9] or not resend) then
   local code = 'dup'
   if d[3] == ARGV[9] then code = 'new' end
   return reply(code, where_of(d[2], d[4]), d[5] or '0', d[2] or '')
+end
+-- another generation's delivery of this event (a deleted subscriber's)
+-- leaves its places with its record: its lot entry, at its old time,
+-- would hold the new delivery's task back as a stale one until then
+if d[1] and d[1] ~= f.gen then
+  redis.call('ZREM', k.lot, ARGV[1])
+  redis.call('ZREM', k.exp, ARGV[1])
+  redis.call('SREM', k.retry, ARGV[1])
 end
 local nb = tonumber(ARGV[3])
 local due = math.max(now, nb)

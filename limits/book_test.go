@@ -278,3 +278,27 @@ func TestBookLengthensTheLogOnlyWhenARecordNeedsIt(t *testing.T) {
 		t.Fatalf("gate lx %d; want the week's end", lx)
 	}
 }
+
+// A subscriber deleted and created again, an event id published to both
+// generations: the old generation's lot entry of it (here scheduled an
+// hour ahead) goes with its record, and the new delivery is taken at
+// once. (Before, its Admit read the new task as a stale one and parked it
+// until the old entry's hour.)
+func TestBookDropsTheOldGenerationsPlaceOfTheEvent(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	hour := b.redisNow(t).Add(time.Hour)
+	if bk := b.book(t, "e1", func(bk *limits.Booking) { bk.NotBefore = hour }); bk.Where != limits.WhereLot {
+		t.Fatalf("first generation: %+v; want parked in the lot", bk)
+	}
+	b.rdb.HSet(ctx, b.k.Record, "gen", "g2") // deleted and created again
+	bk := b.book(t, "e1")
+	if !bk.New || bk.Where == limits.WhereLot {
+		t.Fatalf("second generation: %+v; want a new booking straight to asynq", bk)
+	}
+	if at := b.score(b.k.Lot, "e1"); at >= 0 {
+		t.Fatalf("the old generation's lot entry is still there, at %v", time.UnixMilli(int64(at)))
+	}
+	if a := b.admit(t, "e1", limits.NewToken()); !a.Admitted {
+		t.Fatalf("the new generation's delivery: %+v; want admitted", a)
+	}
+}
