@@ -1,32 +1,52 @@
 package worker
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // bodies keeps the stored events this process read last, by their key, so
 // that an event fanned out to several subscribers is read from Redis once
-// a process, not once a delivery. A stored event never changes (an event
-// id is one event: a publish of another body under it is refused), so a
-// kept body is the stored one. Bounded by bytes: the oldest go first; a
-// body over a sixteenth of the bound is not kept.
+// a process, not once a delivery. A stored event never changes while it is
+// stored (a publish of another body under its id is refused), and it is
+// stored until its subscribers' horizons + producer.EventMargin (10 min)
+// at least: a body put when a delivery of it is admitted (within its
+// horizon) and served for bodiesTTL (less than that margin) after is the
+// stored one, never the body of a later event under the same id once the
+// first is gone. Bounded by bytes: the oldest go first; a body over a
+// sixteenth of the bound is not kept.
 type bodies struct {
 	mu    sync.Mutex
 	max   int
 	size  int
-	byKey map[string][]byte
+	byKey map[string]kept
 	order []string // oldest first
+	now   func() time.Time
 }
 
-// bodiesMax is the bytes kept in a process.
-const bodiesMax = 8 << 20
+type kept struct {
+	body []byte
+	at   time.Time // when it was put
+}
 
-func newBodies(max int) *bodies { return &bodies{max: max, byKey: map[string][]byte{}} }
+// bodiesMax is the bytes kept in a process; bodiesTTL how long a body is
+// served after it was put.
+const (
+	bodiesMax = 8 << 20
+	bodiesTTL = time.Minute
+)
 
-// get is the body kept for key, if any.
+func newBodies(max int) *bodies { return &bodies{max: max, byKey: map[string]kept{}, now: time.Now} }
+
+// get is the body kept for key, if any, put less than bodiesTTL ago.
 func (c *bodies) get(key string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	b, ok := c.byKey[key]
-	return b, ok
+	k, ok := c.byKey[key]
+	if !ok || c.now().Sub(k.at) >= bodiesTTL {
+		return nil, false
+	}
+	return k.body, true
 }
 
 // put keeps body under key, the oldest let go to make room.
@@ -37,15 +57,16 @@ func (c *bodies) put(key string, body []byte) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.byKey[key]; ok {
+	if k, ok := c.byKey[key]; ok {
+		c.byKey[key] = kept{body: k.body, at: c.now()} // read again: its time starts again
 		return
 	}
 	for c.size+n > c.max && len(c.order) > 0 {
 		old := c.order[0]
 		c.order = c.order[1:]
-		c.size -= len(old) + len(c.byKey[old])
+		c.size -= len(old) + len(c.byKey[old].body)
 		delete(c.byKey, old)
 	}
-	c.byKey[key], c.size = body, c.size+n
+	c.byKey[key], c.size = kept{body: body, at: c.now()}, c.size+n
 	c.order = append(c.order, key)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"time"
 )
 
 // The kept bodies stay within their bound, the oldest let go first; a body
@@ -30,5 +31,29 @@ func TestBodiesKeepTheNewestWithinTheirBound(t *testing.T) {
 	}
 	if _, ok := c.get("empty"); ok {
 		t.Fatal("an empty body kept")
+	}
+}
+
+// A kept body is served for bodiesTTL after it was put (again), then read
+// from Redis: its event's id may be taken by another event once the first
+// is no longer stored, producer.EventMargin after its last delivery's
+// horizon at the soonest.
+func TestBodiesServeAKeptBodyForTheirTTL(t *testing.T) {
+	c := newBodies(1600)
+	now := time.Unix(1_000_000, 0)
+	c.now = func() time.Time { return now }
+	c.put("k", []byte("one"))
+	now = now.Add(bodiesTTL - time.Second)
+	if b, ok := c.get("k"); !ok || string(b) != "one" {
+		t.Fatalf("within its TTL: %q, %v; want it kept", b, ok)
+	}
+	c.put("k", []byte("one")) // a delivery of it admitted again
+	now = now.Add(bodiesTTL - time.Second)
+	if _, ok := c.get("k"); !ok {
+		t.Fatal("within its TTL from the second put: not served")
+	}
+	now = now.Add(time.Second)
+	if b, ok := c.get("k"); ok {
+		t.Fatalf("past its TTL: %q served; want it read again", b)
 	}
 }

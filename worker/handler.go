@@ -182,10 +182,11 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 	maxWait := h.cfg.maxWait()
 	r.token = limits.NewToken()
 	pace := h.pace(&sub.Subscriber)
+	stored := h.keys.TenantEvent(tasks.TenantOf(r.sub), r.event)
 	req := limits.AdmitRequest{EventID: r.event, Token: r.token, SlotTTL: h.cfg.RequestTimeout + maxWait + 5*time.Second,
-		Pace: pace, Read: h.keys.TenantEvent(tasks.TenantOf(r.sub), r.event), ReadField: tasks.EventFieldBody,
+		Pace: pace, Read: stored, ReadField: tasks.EventFieldBody,
 		Legacy: h.keys.LegacyEvent(tasks.ScopedID(tasks.TenantOf(r.sub), r.event))}
-	if b, ok := h.bodies.get(req.Read); ok {
+	if b, ok := h.bodies.get(stored); ok {
 		r.body, req.Read = b, "" // read for another subscriber's delivery of it
 	}
 	if maxWait > 0 {
@@ -242,9 +243,7 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 			if a.ReadErr != nil {
 				h.log.Warn("could not read the stored event; it is read again", "subscriber_id", r.sub, "err", a.ReadErr)
 			} else {
-				r.body = storedBody(a.Value)
-				h.bodies.put(req.Read, r.body)
-				req.Read = ""
+				r.body, req.Read = storedBody(a.Value), ""
 			}
 		}
 		r.adm, r.admittedAt = a, time.Now()
@@ -253,6 +252,9 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 			if req.Read != "" { // the read failed: the request needs the event
 				return h.finish(ctx, r, h.interruption(r, a.ReadErr))
 			}
+			// admitted, so within its horizon: the stored event outlives
+			// it by producer.EventMargin at least (bodies.go)
+			h.bodies.put(stored, r.body)
 			return nil
 		case a.Expired:
 			r.adm.Admitted = true // the run owns it, to dead-letter it
