@@ -104,6 +104,21 @@ func (h *loseOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 var errLost = errors.New("test: this command's connection was lost")
 
+// losingProducer is a producer of namespace ns whose client fails the
+// first command match selects, unsent (loseOnce): the process that made it
+// dies there.
+func losingProducer(t *testing.T, ns string, match func(redis.Cmder) bool) *producer.Producer {
+	t.Helper()
+	pc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	t.Cleanup(func() { pc.Close() })
+	pc.AddHook(&loseOnce{match: match})
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: pc, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // mentions matches a command that names s in one of its arguments.
 func mentions(s string) func(redis.Cmder) bool {
 	return func(c redis.Cmder) bool {
@@ -127,13 +142,7 @@ func TestRescuerMovesADeliveryNothingWasMoving(t *testing.T) {
 	b := setup(t, worker.Config{RescueInterval: 50 * time.Millisecond, RescueSweep: 50 * time.Millisecond})
 	s := b.put(t, tasks.Subscriber{ID: "r1", URL: rc.URL, Limit: fast, MaxInFlight: 2})
 	ctx := context.Background()
-	pc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	t.Cleanup(func() { pc.Close() })
-	pc.AddHook(&loseOnce{match: mentions(":t:" + tasks.TaskID(s.ID, "e1"))})
-	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: pc, Namespace: b.ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := losingProducer(t, b.ns, mentions(":t:"+tasks.TaskID(s.ID, "e1")))
 	res, err := p.Publish(ctx, tasks.Event{ID: "e1", Type: "t", Data: []byte(`1`)}, nil)
 	if err == nil || res.Targets[0].Outcome != producer.Failed {
 		t.Fatalf("publish with its enqueue lost: %+v, %v; want failed", res, err)
@@ -253,13 +262,7 @@ func TestRescuerGivesAResumeItsTurn(t *testing.T) {
 		at, err := b.rdb.ZScore(ctx, k.Ready(""), s.ID).Result()
 		return err == nil && at > float64(time.Now().Add(time.Hour).UnixMilli())
 	})
-	pc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	t.Cleanup(func() { pc.Close() })
-	pc.AddHook(&loseOnce{match: mentions(k.Ready(""))}) // the resume's ready write
-	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: pc, Namespace: b.ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := losingProducer(t, b.ns, mentions(k.Ready(""))) // the resume's ready write
 	if err := p.SetPaused(ctx, s.ID, false); err == nil {
 		t.Fatal("resume with its ready write lost: no error")
 	}
@@ -286,13 +289,7 @@ func TestRescuerBringsALateTurnForward(t *testing.T) {
 		at, err := b.rdb.ZScore(ctx, k.Ready(""), s.ID).Result()
 		return err == nil && at >= float64(hour.Add(-time.Minute).UnixMilli())
 	})
-	pc := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
-	t.Cleanup(func() { pc.Close() })
-	pc.AddHook(&loseOnce{match: mentions(k.Ready(""))}) // the publish's ready write
-	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, Redis: pc, Namespace: b.ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := losingProducer(t, b.ns, mentions(k.Ready(""))) // the publish's ready write
 	// due in 2 s: parked in the lot, its ready write lost (the app died)
 	_, _ = p.Publish(ctx, tasks.Event{ID: "soon", Type: "t", Data: []byte(`1`)}, &producer.PublishOpts{NotBefore: time.Now().Add(2 * time.Second)})
 	if _, err := b.rdb.ZScore(ctx, g.Lot, "soon").Result(); err != nil {
