@@ -279,10 +279,11 @@ func TestTinyRateLimitPolicyStillCaps(t *testing.T) {
 	})
 	// The limiter's state from before the cap lets one more go at once
 	// (its burst of one); the next waits, its subscriber's next turn
-	// hours ahead: the cap's next slot, or the hand-out lease of "second"
-	// (2 minutes) when the turn came before "second" was taken (its
-	// commit, while the turn waits for the rate, asks none sooner).
+	// hours ahead: the cap's next slot. ("third" is published once
+	// "second" was committed: a turn while "second" is handed out or running
+	// arranges the next for its lease or slot too, a minute or two on.)
 	b.publish(t, "second", "t")
+	testkit.Eventually(t, 10*time.Second, "the second delivery committed", func() bool { return b.counter(t, "s", "delivered") == 2 })
 	b.publish(t, "third", "t")
 	testkit.Eventually(t, 5*time.Second, "the subscriber's next turn a minute or more ahead, an event parked", func() bool {
 		at, err := b.rdb.ZScore(ctx, tasks.Keys(b.ns).Ready(""), "s").Result()
