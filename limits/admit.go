@@ -140,6 +140,16 @@ local function admit(ARGV)
     park(k, ev, state, at, x > 0 and x or nil)
     redis.call('HSET', k.rec, 'pk', token)
     redis.call('HINCRBY', k.stats, 'deferred:' .. state, 1)
+    -- the turn it needs, written by the worker unless one asked no later
+    -- is to come (lua.go's asked: "a" before the time, as a commit says)
+    if notify >= 0 then
+      if asked(f.ta, notify, now) then
+        notify = string.format('a%d', notify)
+      else
+        redis.call('HSET', k.gate, 'ta', string.format('%d', notify))
+        f.ta = notify
+      end
+    end
     return {6, state, notify}
   end
   if f.paused then return refuse('held', now, -1) end
@@ -259,6 +269,9 @@ type Admission struct {
 	Parked bool
 	State  string
 	Notify time.Time
+	// NotifyAsked: a turn no later than Notify is asked of the ready index
+	// already (lua.go's asked): write none, wake the dispatcher.
+	NotifyAsked bool
 	// OwnedFor: a live run owns the delivery, its slot for this much longer.
 	OwnedFor time.Duration
 	// Value, Found, ReadErr: AdmitRequest.Read's key, read in the same round trip.
@@ -428,7 +441,9 @@ func admission(r []string) (Admission, error) {
 	case "5":
 		return Admission{SendIn: max(dur(1), time.Millisecond)}, nil
 	case "6":
-		return Admission{Parked: true, State: r[1], Notify: ms(2)}, nil
+		a := Admission{Parked: true, State: r[1]}
+		a.Notify, a.NotifyAsked = notifyAt(r[2])
+		return a, nil
 	case "7":
 		return Admission{OwnedFor: max(dur(1), time.Millisecond)}, nil
 	}

@@ -115,8 +115,10 @@ var FreshTTL = 10 * time.Minute
 // nothing written); paused "1" when the subscriber is paused; state the
 // record's (the one it has now, for "dup"); now Redis' clock; the
 // cooldown's end, in the past or 0 when none is in force; queued "1" when
-// a new booking went to the lot behind due deliveries already there while
-// the last turn waits for its rate, a cooldown or the breaker's probe.
+// a new booking went to the lot and needs no ready write of its own: a
+// turn no later than its due time is asked already (gate ta: lua.go's
+// asked), or it is behind due deliveries already there while the last
+// turn waits for its rate, a cooldown or the breaker's probe.
 //
 // The record decides alone whether a booking is new: a record of the
 // subscriber's current generation makes it a duplicate; one of another
@@ -193,6 +195,13 @@ elseif nb <= now then
     end
   end
 end
+-- the gate's writes: ta, when this booking asks a turn of its own (a
+-- turn asked no later than its due time hands it out too: lua.go's
+-- asked), and the log's lifetime below
+local gw = {}
+if where == 'lot' and queued == '' then
+  if asked(f.ta, due, now) then queued = '1' else gw = {'ta', string.format('%d', due)} end
+end
 -- the lane a task is enqueued in, written with the record's state
 local lane = {}
 if where ~= 'lot' then lane = {'q', where} end
@@ -208,10 +217,10 @@ else
   if d[1] or d[2] or d[3] or d[4] or d[5] then redis.call('DEL', k.rec) end
   redis.call('HSET', k.rec, 'g', f.gen, 't', ARGV[2], 'p', now, 'u', due, 'x', x, 'm', ARGV[6], 's', state, 'pt', ARGV[9], unpack(lane))
   redis.call('PEXPIRE', k.rec, ttl)
-  local keep, gw = tonumber(f.lg or '0'), {}
+  local keep = tonumber(f.lg or '0')
   if ttl > keep then
     keep = ttl
-    gw = {'lg', keep}
+    gw[#gw + 1], gw[#gw + 2] = 'lg', keep
   end
   redis.call('XADD', k.log, 'MINID', '~', now - keep, '*', 'e', ARGV[1])
   -- The log outlives this record: lengthened 10 min further than the
@@ -228,8 +237,8 @@ else
     end
     gw[#gw + 1], gw[#gw + 2] = 'lx', now + left
   end
-  if #gw > 0 then redis.call('HSET', k.gate, unpack(gw)) end
 end
+if #gw > 0 then redis.call('HSET', k.gate, unpack(gw)) end
 if where == 'lot' then
   redis.call('ZADD', k.lot, due, ARGV[1])
   -- a new record was never tried: only a resend's may have been
@@ -260,9 +269,10 @@ type Booked struct {
 	// CoolingUntil is the destination's cooldown end (a 429's Retry-After);
 	// not after Now when none is in force.
 	CoolingUntil time.Time
-	// Queued: parked behind due deliveries already in the lot while the
-	// last turn waits for the rate, a cooldown or the probe: the turn
-	// arranged by then hands it out too, the ready index needs no word.
+	// Queued: parked where a turn already asked or arranged hands it out
+	// (one asked no later than its due time, or the one the last turn
+	// waits for while it is behind due deliveries): the ready index needs
+	// no word.
 	Queued bool
 }
 

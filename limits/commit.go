@@ -104,6 +104,9 @@ type Committed struct {
 	Superseded bool
 	// Notify is when the subscriber needs a dispatcher's turn (zero: none).
 	Notify time.Time
+	// Asked: a turn no later than Notify is asked of the ready index
+	// already (lua.go's asked): write none, wake the dispatcher.
+	Asked  bool
 	Change BreakerChange
 	Since  time.Time // the destination's failing since, for a breaker change
 	// ClearedStale: a delivered delivery's stale dead letter (a worker died
@@ -148,18 +151,20 @@ var commitScript = script(luaAdapt + `
 -- clock; G.due: whether the lot holds a due delivery; G.gate: the gate
 -- record's fields, read again once an outcome wrote them). Its releases of
 -- slots and its removals from runs and the fresh lane are put off to its
--- end (later), and so are the gate's two writes of a delivered answer:
--- the 2xx counted in the adaptive window (G.an, added to a_n) and the
--- latency (G.lt): one call for both.
+-- end (later), and so are the gate's writes: a delivered answer's 2xx
+-- counted in the adaptive window (G.an, added to a_n) and latency (G.lt),
+-- and the turn the group asked (G.ta): one call for them all.
 local G = {an = 0}
 -- the gate's fields a commit reads: g[1..7] these, g[8..16] adaptFields,
--- g[17] wr (turn.go)
+-- g[17] wr (turn.go), g[18] ta (lua.go's asked)
 local gateFields = {'gen', 'b_open', 'b_gap', 'b_since', 'paused', 'b_fails', 'lt'}
 for _, f in ipairs(adaptFields) do gateFields[#gateFields + 1] = f end
 gateFields[#gateFields + 1] = 'wr'
+gateFields[#gateFields + 1] = 'ta'
 local function commit_gate(gate)
   local g = redis.call('HMGET', gate, unpack(gateFields))
   if G.lt then g[7] = G.lt end
+  if G.ta then g[18] = G.ta end
   if G.an > 0 then g[14] = (tonumber(g[14]) or 0) + G.an end
   return g
 end
@@ -411,6 +416,12 @@ local function commit(ARGV, counters)
     if G.due == nil then G.due = redis.call('ZCOUNT', k.lot, '-inf', now) > 0 end
     if G.due then soon(now + 100) end
   end
+  -- the turn it needs, written by the worker unless one asked no later
+  -- is to come (lua.go's asked: then "a" before the time, for the
+  -- worker's own dispatcher only; ta written once a group, at its end)
+  if O.notify >= 0 then
+    if asked(g[18], O.notify, now) then O.notify = string.format('a%d', O.notify) else G.ta, g[18] = O.notify, O.notify end
+  end
   for f, n in string.gmatch(ARGV[22], '(%S+) (%S+)') do counters[f] = (counters[f] or 0) + tonumber(n) end
   local reply = O.notify .. '|' .. change .. '|' .. since .. '|' .. stale
   set('ok', token)
@@ -447,11 +458,11 @@ elseif #cf > 1 then
   end
   redis.call('HSET', KEYS[9], unpack(w))
 end
--- the gate's two writes of the group's delivered answers in one HSET: the
--- window's 2xx count (a_n as the gate was last read, which counts the
--- group's own already; read again when an outcome's write left it stale)
--- and the latency
-if G.an > 0 or G.lt then
+-- the gate's writes of the group in one HSET: the window's 2xx count of
+-- its delivered answers (a_n as the gate was last read, which counts the
+-- group's own already; read again when an outcome's write left it
+-- stale), the latency and the turn asked (ta)
+if G.an > 0 or G.lt or G.ta then
   local w = {}
   if G.an > 0 then
     local g = G.gate or commit_gate(KEYS[1])
@@ -460,6 +471,10 @@ if G.an > 0 or G.lt then
   if G.lt then
     local n = #w
     w[n + 1], w[n + 2] = 'lt', G.lt
+  end
+  if G.ta then
+    local n = #w
+    w[n + 1], w[n + 2] = 'ta', string.format('%d', G.ta)
   end
   redis.call('HSET', KEYS[1], unpack(w))
 end
@@ -509,9 +524,7 @@ func (g *Gates) CommitGroup(ctx context.Context, k GateKeys, os []Outcome) ([]Co
 // stale}.
 func committed(r []string) Committed {
 	c := Committed{Superseded: r[0] == "superseded", ClearedStale: r[4] == "1"} // "again": as "ok" the first time
-	if n, _ := strconv.ParseInt(r[1], 10, 64); n >= 0 {
-		c.Notify = time.UnixMilli(n)
-	}
+	c.Notify, c.Asked = notifyAt(r[1])
 	if c.Superseded {
 		return c
 	}

@@ -66,7 +66,9 @@
 // subscriber with anything in lot, out or runs always has a turn due or
 // claimed in its region's ready index: a turn gives its next time from
 // all of them, and every step that may need a turn sooner writes it after
-// its script. What a crash or a lost reply can still lose is that last
+// its script, unless a turn asked no later has yet to run (the gate's ta:
+// lua.go's asked; such a turn runs after the script and sees what it
+// wrote). What a crash or a lost reply can still lose is that last
 // write (a publish whose process dies after its booking); the region's
 // rescuer (worker/rescuer.go) sweeps the subscribers (a cursor over their
 // ids, one read-only script each, never a keyspace SCAN) and gives a turn
@@ -94,7 +96,9 @@
 //
 //	gate      hash: generation, config version, pause, breaker (b_*), effective
 //	          rate and its 2xx window (a_*), observed latency (lt), the cooldown an operator last
-//	          ended (ce_at, ce_until), a resume no turn has seen yet (wk).
+//	          ended (ce_at, ce_until), a resume no turn has seen yet (wk),
+//	          the turn a booking, Admit or commit asked of the ready index
+//	          that no turn has answered yet (ta: lua.go's asked).
 //	          Until the subscriber is deleted.
 //	cooldown  Unix ms before which nothing is sent. Until its end + 1 min.
 //	inflight  zset run token → slot expiry. Each slot lives the request timeout

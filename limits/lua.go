@@ -44,6 +44,18 @@ import (
 //     generation is still in the lot, after a delete and re-create race,
 //     counts as retrying until its turn hands it out: a count, nothing
 //     else.)
+//   - asked(ta, at, now): whether a turn at at (Unix ms) is asked of
+//     the ready index already, so that the ready write can be left out:
+//     a script that answers with a turn to ask (a booking parked in the
+//     lot, Admit's park, a commit) writes the gate's ta first, and a turn
+//     deletes it. While it stands, the ready index holds the subscriber
+//     at ta or earlier, or a dispatcher has claimed it and its turn is to
+//     run (after this script: it sees what this one wrote, and arranges
+//     the next turn for the lot's head, as every turn does); a claim whose
+//     dispatcher died lapses back into the index. An ask a second overdue
+//     is not trusted (its ready write may have been lost with its
+//     process): the next asker asks again, and the rescuer finds the lot's
+//     head overdue meanwhile.
 //   - woken(f, parked, now): the time an operator ended the subscriber's
 //     cooldown (gate ce_at) when a delivery that leaves the lot now goes
 //     early because of it, else nil. The rule: it was due (its lot score,
@@ -112,12 +124,20 @@ local function capacity(mif, lt, maxwait, waiters)
 end
 local function gate_fields(gate)
   local v = redis.call('HMGET', gate, 'gen', 'cv', 'paused', 'b_open', 'b_next', 'b_probe', 'b_pe', 'b_fails', 'b_since', 'b_gap',
-    'b_ramp', 'a_f', 'a_cap', 'a_cap_until', 'lt', 'ce_at', 'ce_until', 'lg', 'wk', 'lx', 'wr')
+    'b_ramp', 'a_f', 'a_cap', 'a_cap_until', 'lt', 'ce_at', 'ce_until', 'lg', 'wk', 'lx', 'wr',
+    'ta')
   return {gen = v[1] or nil, cv = v[2] or nil, paused = v[3] or nil, b_open = v[4] or nil, b_next = v[5] or nil,
     b_probe = v[6] or nil, b_pe = v[7] or nil, b_fails = v[8] or nil, b_since = v[9] or nil, b_gap = v[10] or nil,
     b_ramp = v[11] or nil, a_f = v[12] or nil, a_cap = v[13] or nil, a_cap_until = v[14] or nil,
     lt = v[15] or nil, ce_at = v[16] or nil, ce_until = v[17] or nil, lg = v[18] or nil, wk = v[19] or nil, lx = v[20] or nil,
-    wr = v[21] or nil}
+    wr = v[21] or nil, ta = v[22] or nil}
+end
+-- a turn at at is asked already: one asked (gate ta) no later than at,
+-- that no turn has answered yet, not a second overdue (its ready write
+-- may have been lost)
+local function asked(ta, at, now)
+  ta = tonumber(ta)
+  return ta ~= nil and ta <= at and ta + 1000 > now
 end
 local function woken(f, parked, now)
   if not f.ce_at or not parked or tonumber(f.ce_until) <= now or tonumber(parked) > tonumber(f.ce_at) then return nil end

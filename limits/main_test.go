@@ -104,6 +104,13 @@ func (b *bundle) turn(t testing.TB) limits.TurnResult {
 	return r
 }
 
+// asksAnswered deletes the turn asked (gate ta) as a turn does first, for
+// a test that looks at each step's own ask without running the turns
+// between them (lua.go's asked).
+func (b *bundle) asksAnswered() {
+	b.rdb.HDel(context.Background(), b.k.Record, "ta")
+}
+
 // rec is event ev's delivery record's field f.
 func (b *bundle) rec(t *testing.T, ev, f string) string {
 	t.Helper()

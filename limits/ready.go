@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,6 +78,17 @@ func (g *Gates) Release(ctx context.Context, ready, claimed string, subs []strin
 		args = append(args, s, ms)
 	}
 	return releaseScript.Run(ctx, g.rdb, []string{ready, claimed}, args...).Err()
+}
+
+// notifyAt reads a script's answer of when the subscriber needs a turn:
+// Unix ms, -1 none, or "a" and the time when a turn no later is asked of
+// the ready index already (lua.go's asked).
+func notifyAt(v string) (at time.Time, asked bool) {
+	v, asked = strings.CutPrefix(v, "a")
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+		return time.UnixMilli(n), asked
+	}
+	return time.Time{}, false
 }
 
 // NotifyIn queues, on a pipeline, that sub's schedule needs a turn at at

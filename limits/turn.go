@@ -44,8 +44,9 @@ if not f.gen then
   return {-1, n, 0}
 end
 local now, t = now_ms()
--- a resume asked for this turn (Gates.Resume): it has come
-if f.wk then redis.call('HDEL', k.gate, 'wk') end
+-- a resume asked for this turn (Gates.Resume), or a booking, Admit or a
+-- commit did (ta: lua.go's asked): it has come
+if f.wk or f.ta then redis.call('HDEL', k.gate, 'wk', 'ta') end
 redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
 local batch, lease, freshttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {-1, 0, 0}

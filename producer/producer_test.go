@@ -439,6 +439,7 @@ func TestAParkedPublishTellsTheReadyIndexOnlyWhenATurnMayTakeIt(t *testing.T) {
 	}
 	rdb.ZAdd(ctx, ready, redis.Z{Score: float64(later), Member: "s"})
 	rdb.HSet(ctx, keys.Gate("s"), "wr", later)
+	rdb.HDel(ctx, keys.Gate("s"), "ta") // that turn answered the fifth's ask
 	if at := publish("e5"); at != float64(later) {
 		t.Fatalf("parked behind a due one while the turn waits for the rate: the ready entry moved to %v; want it left at %v", at, later)
 	}

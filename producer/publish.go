@@ -347,7 +347,7 @@ func (p *Producer) target(ctx context.Context, evID string, s tasks.Subscriber, 
 		t.Outcome, t.ProcessAt, t.HeldReason = o.Outcome, o.ProcessAt, o.HeldReason
 		switch b.Where {
 		case limits.WhereLot:
-			lot = !b.Queued // behind due ones while a turn waits: that turn hands it out
+			lot = !b.Queued // a turn asked or arranged already hands it out
 		case limits.WhereFresh, limits.WhereBacklog:
 			// A duplicate whose task is missing (the publish before
 			// failed between its booking and its task) is this call's,

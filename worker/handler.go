@@ -274,7 +274,7 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 		case a.Parked:
 			h.stats.Deferred.Add(1)
 			h.totals.add("deferred:"+a.State, 1) // Admit counted it for the subscriber
-			if err := h.notify(r, a.Notify); err != nil {
+			if err := h.notify(r, a.Notify, a.NotifyAsked); err != nil {
 				return err
 			}
 			return asynq.RevokeTask
@@ -390,7 +390,7 @@ func (h *handler) parkBusy(ctx context.Context, r *run, sub *cachedSub, why stri
 	h.stats.Deferred.Add(1)
 	h.totals.add("deferred:"+why, 1)
 	h.log.Debug("its wait in this process ended: parked", "subscriber_id", r.sub, "event_id", r.event, "why", why, "max_in_flight", sub.MaxInFlight)
-	if err := h.notify(r, time.Now()); err != nil {
+	if err := h.notify(r, time.Now(), false); err != nil {
 		return err
 	}
 	return asynq.RevokeTask
@@ -439,16 +439,21 @@ func (h *handler) infra(what, sub string, err error) error {
 
 // notify tells subscriber r.sub's dispatchers that its schedule needs a
 // turn at at: this process's at once, the region's through its ready
-// index. The ready write is what moves a parked delivery again, so a
-// failed one fails the run (an infrastructure error: asynq keeps the task
-// and runs it again, and that run, told the lot entry's time by Admit,
-// writes it again) instead of letting the task go.
-func (h *handler) notify(r *run, at time.Time) error {
+// index, unless the script found a turn no later asked of it already
+// (asked: limits' lua.go). The ready write is what moves a parked
+// delivery again, so a failed one fails the run (an infrastructure error:
+// asynq keeps the task and runs it again, and that run, told the lot
+// entry's time by Admit, writes it again) instead of letting the task go.
+func (h *handler) notify(r *run, at time.Time, asked bool) error {
 	if at.IsZero() {
 		return nil
 	}
 	ctx := context.Background()
 	region := h.keys.QueueRegion(r.queue)
+	if asked {
+		h.disp.poke(region, at)
+		return nil
+	}
 	write := func(ctx context.Context, at time.Time) error {
 		return h.gates.Notify(ctx, h.keys.Ready(region), r.sub, at)
 	}

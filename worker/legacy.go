@@ -35,7 +35,7 @@ func (h *handler) adopt(ctx context.Context, r *run, d tasks.Delivery, l *tasks.
 		// this release has it, maybe in flight. Only the dispatcher is
 		// told again, in case the run that adopted it could not.
 		h.log.Debug("a task of the release before adopted already: let go", "task_id", r.taskID)
-		if err := h.notify(r, a.Parked); err != nil {
+		if err := h.notify(r, a.Parked, false); err != nil {
 			return err
 		}
 		return asynq.RevokeTask
@@ -46,7 +46,7 @@ func (h *handler) adopt(ctx context.Context, r *run, d tasks.Delivery, l *tasks.
 	h.stats.Adopted.Add(1)
 	h.log.Debug("adopted a task of the release before", "task_id", r.taskID)
 	// Its region is its subscriber's; the old queue's name says it.
-	if err := h.notify(r, a.Due); err != nil {
+	if err := h.notify(r, a.Due, false); err != nil {
 		return err
 	}
 	return asynq.RevokeTask

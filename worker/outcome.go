@@ -258,7 +258,7 @@ func (h *handler) finish(ctx context.Context, r *run, o outcome) error {
 	if r.adm.Admitted {
 		h.room.released(r.sub)
 	}
-	if err := h.notify(r, c.Notify); err != nil {
+	if err := h.notify(r, c.Notify, c.Asked); err != nil {
 		return err
 	}
 	if c.Superseded {

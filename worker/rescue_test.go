@@ -318,3 +318,35 @@ func TestRescuerBringsALateTurnForward(t *testing.T) {
 		return counts["rescued:"+worker.RescuedNoTurn] == 1
 	})
 }
+
+// A publish parked behind a turn another asked of the ready index writes
+// none (the gate's ta: limits' lua.go), so an ask whose ready write was
+// lost leaves the publishes that trusted it in the same place: the
+// rescuer gives the subscriber its turn, and both are delivered.
+func TestRescuerDeliversWhatTrustedALostAsk(t *testing.T) {
+	rc := testkit.NewReceiver(t, func(http.ResponseWriter, *http.Request, string) bool { return true })
+	b := setup(t, worker.Config{RescueInterval: 100 * time.Millisecond, RescueSweep: 100 * time.Millisecond})
+	s := b.put(t, tasks.Subscriber{ID: "r5", URL: rc.URL, Limit: fast, MaxInFlight: 2})
+	ctx := context.Background()
+	k := tasks.Keys(b.ns)
+	due := time.Now().Add(500 * time.Millisecond)
+	p := losingProducer(t, b.ns, mentions(k.Ready(""))) // the first publish's ready write
+	_, _ = p.Publish(ctx, tasks.Event{ID: "first", Type: "t", Data: []byte(`1`)}, &producer.PublishOpts{NotBefore: due})
+	if _, err := b.p.Publish(ctx, tasks.Event{ID: "second", Type: "t", Data: []byte(`1`)},
+		&producer.PublishOpts{NotBefore: due.Add(100 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []string{"first", "second"} {
+		if _, err := b.rdb.ZScore(ctx, k.Gates(s.ID).Lot, ev).Result(); err != nil {
+			t.Fatalf("%s is not in the lot: %v", ev, err)
+		}
+	}
+	if at, err := b.rdb.ZScore(ctx, k.Ready(""), s.ID).Result(); err == nil {
+		t.Fatalf("a ready entry at %v: the first's write was not lost, or the second wrote one", time.UnixMilli(int64(at)))
+	}
+	testkit.Eventually(t, 15*time.Second, "both delivered", func() bool { return len(rc.Got()) == 2 })
+	testkit.Eventually(t, 5*time.Second, "the rescue counted", func() bool {
+		counts, _ := worker.ReadCounters(ctx, b.rdb, b.ns)
+		return counts["rescued:"+worker.RescuedNoTurn] == 1
+	})
+}
