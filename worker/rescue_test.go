@@ -329,7 +329,7 @@ func TestRescuerDeliversWhatTrustedALostAsk(t *testing.T) {
 	s := b.put(t, tasks.Subscriber{ID: "r5", URL: rc.URL, Limit: fast, MaxInFlight: 2})
 	ctx := context.Background()
 	k := tasks.Keys(b.ns)
-	due := time.Now().Add(2 * time.Second) // parked in the lot however slow the host
+	due := time.Now().Add(2 * time.Second)              // parked in the lot however slow the host
 	p := losingProducer(t, b.ns, mentions(k.Ready(""))) // the first publish's ready write
 	_, _ = p.Publish(ctx, tasks.Event{ID: "first", Type: "t", Data: []byte(`1`)}, &producer.PublishOpts{NotBefore: due})
 	if _, err := b.p.Publish(ctx, tasks.Event{ID: "second", Type: "t", Data: []byte(`1`)},
