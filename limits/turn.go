@@ -44,9 +44,6 @@ if not f.gen then
   return {-1, n, 0}
 end
 local now, t = now_ms()
--- a resume asked for this turn (Gates.Resume), or a booking, Admit or a
--- commit did (ta: lua.go's asked): it has come
-if f.wk or f.ta then redis.call('HDEL', k.gate, 'wk', 'ta') end
 redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
 local batch, lease, freshttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {-1, 0, 0}
@@ -212,12 +209,18 @@ soon((redis.call('ZRANGE', k.out, 0, 0, 'WITHSCORES'))[2])
 soon((redis.call('ZRANGE', k.runs, 0, 0, 'WITHSCORES'))[2])
 if next then out[1] = math.max(next, now) end
 -- wr is written for the turn the dispatcher releases the subscriber to
--- (at or before wr: next), or goes
+-- (at or before wr: next), or goes; and the turn a resume asked for
+-- (wk: Gates.Resume) or a booking, Admit or a commit did (ta: lua.go's
+-- asked) has come: the three go in one HDEL
+local gone = {}
+if f.wk then gone[#gone + 1] = 'wk' end
+if f.ta then gone[#gone + 1] = 'ta' end
 if wr and wr > now then
   if f.wr ~= tostring(wr) then redis.call('HSET', k.gate, 'wr', wr) end
 elseif f.wr then
-  redis.call('HDEL', k.gate, 'wr')
+  gone[#gone + 1] = 'wr'
 end
+if #gone > 0 then redis.call('HDEL', k.gate, unpack(gone)) end
 flush()
 return out`)
 
