@@ -279,3 +279,40 @@ func msTimeString(ms string) string {
 	}
 	return time.UnixMilli(n).Format("15:04:05.000")
 }
+
+// deferredCopies says when the last of the tasks left in namespace ns
+// runs, if every one left is a copy of a delivery that another run owned
+// when it ran (two tasks of one delivery after a kill, asynq's recovered
+// copy and the rescuer's or a turn's: Admit's "a live run owns it" defers
+// the second until the first's slot ends, up to a request's timeout and
+// a wait ahead, and it then finds the delivery ended and drops). Anything
+// else left, or a copy due more than a minute on, answers false.
+func deferredCopies(insp *asynq.Inspector, ns string) (time.Time, bool) {
+	q, err := testkit.QueueInfo(insp, ns)
+	if err != nil || q.Retry == 0 || q.Retry > 100 || q.Pending+q.Active+q.Scheduled+q.Aggregating != 0 {
+		return time.Time{}, false
+	}
+	queues, err := insp.Queues()
+	if err != nil {
+		return time.Time{}, false
+	}
+	var last time.Time
+	for _, name := range queues {
+		if !tasks.Keys(ns).OwnsQueue(name) {
+			continue
+		}
+		ts, err := insp.ListRetryTasks(name, asynq.PageSize(100))
+		if err != nil {
+			return time.Time{}, false
+		}
+		for _, ti := range ts {
+			if !strings.Contains(ti.LastErr, "a live run owns the delivery") || ti.NextProcessAt.After(time.Now().Add(time.Minute)) {
+				return time.Time{}, false
+			}
+			if ti.NextProcessAt.After(last) {
+				last = ti.NextProcessAt
+			}
+		}
+	}
+	return last, !last.IsZero()
+}
