@@ -184,6 +184,20 @@ func Leftover(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Inspec
 	}
 	for _, id := range ids {
 		k := keys.Gates(id)
+		// where its next turn comes from: the ready index, a claim, the
+		// gate's own record of turns (wr, wk, ta) and what holds it back
+		ready, claimed := rdb.ZScore(ctx, keys.Ready(""), id), rdb.ZScore(ctx, keys.Claimed(""), id)
+		if ready.Err() == nil || claimed.Err() == nil {
+			fmt.Fprintf(&b, "%s ready %s claimed %s; ", id, msAt(ready), msAt(claimed))
+		}
+		fields := []string{"wr", "wk", "ta", "paused", "b_open", "b_next", "b_probe", "b_pe"}
+		if vs, err := rdb.HMGet(ctx, k.Record, fields...).Result(); err == nil {
+			for i, v := range vs {
+				if v != nil {
+					fmt.Fprintf(&b, "%s %s=%v; ", id, fields[i], v)
+				}
+			}
+		}
 		for _, s := range []struct{ name, key string }{{"lot", k.Lot}, {"out", k.Out}, {"runs", k.Runs}} {
 			zs, err := rdb.ZRangeWithScores(ctx, s.key, 0, 19).Result()
 			if err != nil {
@@ -195,4 +209,13 @@ func Leftover(ctx context.Context, rdb redis.UniversalClient, insp *asynq.Inspec
 		}
 	}
 	return b.String()
+}
+
+// msAt is a sorted set's score read as Unix ms, on the wall clock, or
+// "none".
+func msAt(c *redis.FloatCmd) string {
+	if c.Err() != nil {
+		return "none"
+	}
+	return time.UnixMilli(int64(c.Val())).Format("15:04:05.000")
 }
