@@ -25,13 +25,17 @@ import (
 type flaky struct {
 	*testkit.Sink
 	down atomic.Bool
-	// hold, when set before the first request, keeps the requests that
-	// arrive while down until it is closed, then resets them together.
+	// hold, when given, keeps the requests that arrive while down until
+	// it is closed, then resets them together.
 	hold chan struct{}
 }
 
-func newFlaky(t *testing.T) *flaky {
+// newFlaky starts the endpoint, up; a hold given is its hold.
+func newFlaky(t *testing.T, hold ...chan struct{}) *flaky {
 	f := &flaky{}
+	if len(hold) > 0 {
+		f.hold = hold[0] // set before the server starts: its handlers read it
+	}
 	f.Sink = testkit.NewReceiver(t, func(w http.ResponseWriter, r *http.Request, _ string) bool {
 		if !f.down.Load() {
 			return true
@@ -88,14 +92,14 @@ func TestOutageShorterThanTheHorizonDeadLettersNothing(t *testing.T) {
 		b = setup(t, cfg)
 	}
 	const rate, inFlight = 50, 10
-	f := newFlaky(t)
-	f.down.Store(true)
 	// The first requests fail together once every event is published: a
 	// delivery whose two attempts both fail before the fifth failure in a
 	// row opens the breaker dies by its attempts (MaxAttempts 2), whatever
 	// the horizon, and a publish loop slowed by a busy host let e000's
 	// retry go before four more had failed (e000 dead in make test).
-	f.hold = make(chan struct{})
+	hold := make(chan struct{})
+	f := newFlaky(t, hold)
+	f.down.Store(true)
 	b.put(t, tasks.Subscriber{ID: "s", URL: f.URL, MaxAttempts: 2, MaxInFlight: inFlight, RetryHorizon: tasks.Duration(horizon),
 		Limit: limits.Limit{Rate: rate, Burst: 10, Period: time.Second}})
 	start := time.Now()
@@ -104,7 +108,7 @@ func TestOutageShorterThanTheHorizonDeadLettersNothing(t *testing.T) {
 			t.Fatalf("publish: %s", r.Targets[0].Outcome)
 		}
 	}
-	close(f.hold)
+	close(hold)
 	testkit.Eventually(t, outage, "the breaker open", func() bool { return breakerOf(t, b.rdb, b.ns, "s").State != "closed" })
 	time.Sleep(time.Until(start.Add(outage))) // the rest of the outage: nothing to poll for
 	f.down.Store(false)
