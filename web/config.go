@@ -45,6 +45,13 @@ type Config struct {
 	// 429 with a Retry-After); IngestBurst (HOOKLANE_INGEST_BURST) how many
 	// at once. Defaults 1,000/s and 2,000.
 	IngestRate, IngestBurst int
+	// MaxPublishes (HOOKLANE_WEB_MAX_PUBLISHES) is how many publishes
+	// (POST /v1/events and /v1/events/batch) this web process serves at
+	// once, counted once their body is read; one more is answered 503
+	// "overloaded" with a Retry-After and writes nothing, rather than
+	// waiting behind the others for Redis and a core (admission.go).
+	// Default DefaultMaxPublishes.
+	MaxPublishes int
 	// MetricsTenants (HOOKLANE_METRICS_TENANTS, comma-separated) are the
 	// registered tenants whose counters /metrics shows as series of their
 	// own (hooklane_tenant_…, label tenant), at most MaxMetricsTenants:
@@ -114,6 +121,13 @@ const MaxMetricsSubscribers = 1000
 // about 40 series each.
 const MaxMetricsTenants = 100
 
+// DefaultMaxPublishes is Config.MaxPublishes' default: at a few
+// milliseconds a publish that is over 10,000 publishes a second a
+// process, more than one Redis takes, while a spike past what the host
+// serves waits at most that many publishes' time (deploy/BENCHMARKS.md,
+// "The publish path under a spike").
+const DefaultMaxPublishes = 64
+
 // MinTokenLen is the shortest Token accepted.
 const MinTokenLen = 16
 
@@ -126,6 +140,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, 1<<20)
 	c.IngestRate = cmp.Or(c.IngestRate, 1000)
 	c.IngestBurst = cmp.Or(c.IngestBurst, 2*c.IngestRate)
+	c.MaxPublishes = cmp.Or(c.MaxPublishes, DefaultMaxPublishes)
 	c.MetricsMaxSubscribers = cmp.Or(c.MetricsMaxSubscribers, 100)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, 10*time.Second)
 	if c.Logger == nil {
@@ -154,6 +169,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("web: MetricsToken (HOOKLANE_METRICS_TOKEN) must be at least %d characters", MinTokenLen)
 	case c.IngestRate < 1 || c.IngestBurst < 1:
 		return fmt.Errorf("web: IngestRate and IngestBurst (HOOKLANE_INGEST_RATE, _BURST) must be at least 1, not %d and %d", c.IngestRate, c.IngestBurst)
+	case c.MaxPublishes < 1:
+		return fmt.Errorf("web: MaxPublishes (HOOKLANE_WEB_MAX_PUBLISHES) must be at least 1, not %d", c.MaxPublishes)
 	case c.MetricsMaxSubscribers > MaxMetricsSubscribers:
 		return fmt.Errorf("web: MetricsMaxSubscribers (HOOKLANE_METRICS_MAX_SUBSCRIBERS) must be at most %d, not %d", MaxMetricsSubscribers, c.MetricsMaxSubscribers)
 	case c.MaxBodyBytes < 64<<10:
@@ -216,7 +233,7 @@ func FromEnv() (Config, error) {
 		}
 	}
 	for name, dst := range map[string]*int{"HOOKLANE_INGEST_RATE": &c.IngestRate, "HOOKLANE_INGEST_BURST": &c.IngestBurst,
-		"HOOKLANE_MAX_REGIONS": &c.MaxRegions} {
+		"HOOKLANE_MAX_REGIONS": &c.MaxRegions, "HOOKLANE_WEB_MAX_PUBLISHES": &c.MaxPublishes} {
 		if v := os.Getenv(name); v != "" {
 			n, perr := strconv.Atoi(v)
 			if perr != nil || n < 1 {

@@ -117,7 +117,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // targets of a partly failed publish) go beside "error".
 func writeError(w http.ResponseWriter, log *slog.Logger, err error, extra map[string]any) {
 	ae := toAPIError(err)
-	if ae.Status >= 500 {
+	// (a publish refused for want of a place is counted, not logged: a
+	// spike refuses thousands a second; hooklane_web_publishes_shed_total)
+	if ae.Status >= 500 && ae.Code != "overloaded" {
 		log.Error("request failed", "status", ae.Status, "err", err)
 	}
 	if ae.RetryAfter > 0 {

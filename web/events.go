@@ -28,13 +28,19 @@ type EventRequest struct {
 }
 
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) error {
-	// Before the body is read: a refused publish costs the least and
+	// The body read first (as a batch's): a client slow to send it holds
+	// no place. Then a place, then the token's rate: a refused publish
 	// writes nothing.
-	if err := s.ingest.allow(r.Context(), r); err != nil {
-		return err
-	}
 	var req EventRequest
 	if err := decode(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		return err
+	}
+	leave, err := s.places.take()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if err := s.ingest.allow(r.Context(), r); err != nil {
 		return err
 	}
 	be, err := req.batchEvent()

@@ -64,6 +64,11 @@ func (s *Server) publishBatch(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Events) == 0 || len(req.Events) > producer.MaxBatch {
 		return apiErr(http.StatusUnprocessableEntity, "invalid", "events", "want 1 to %d events, got %d", producer.MaxBatch, len(req.Events))
 	}
+	leave, err := s.places.take()
+	if err != nil {
+		return err
+	}
+	defer leave()
 	if err := s.ingest.allowN(r.Context(), r, len(req.Events)); err != nil {
 		return err
 	}

@@ -19,3 +19,6 @@ func APIRoutePatterns() []string {
 // RefreshFor is refreshFor, the seconds after which a page showing
 // deliveries reloads itself.
 var RefreshFor = refreshFor
+
+// PublishesInProgress is how many publishes hold a place (admission.go).
+func (s *Server) PublishesInProgress() int { return s.places.inProgress() }

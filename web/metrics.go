@@ -58,6 +58,9 @@ func (c *hooklaneCollector) Collect(ch chan<- prometheus.Metric) {
 		up = 0
 	}
 	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up)
+	// this process' own, not Redis': one series a web process
+	ch <- prometheus.MustNewConstMetric(descPublishing, prometheus.GaugeValue, float64(c.s.places.inProgress()))
+	ch <- prometheus.MustNewConstMetric(descShed, prometheus.CounterValue, float64(c.s.places.shed.Load()))
 }
 
 // KEYS[1]: the cooling set (tasks.Keys.Cooling). Reply: how many cooldowns

@@ -54,6 +54,8 @@ var (
 	descScheduled    = desc("scheduled_tasks", "Tasks waiting for a not-before time or a pacing slot.", "queue")
 	descOperator     = desc("operator_events_total", "Operator events published (hooklane.subscriber.failing, .recovered, .disabled, hooklane.delivery.dead), all-time, by type.", "type")
 	descDropped      = desc("dropped_total", "Tasks dropped unsent, all-time, by reason: deleted (their subscriber was deleted or re-created since).", "reason")
+	descPublishing   = desc("web_publishes_in_progress", "Publishes this web process is serving now (at most HOOKLANE_WEB_MAX_PUBLISHES).")
+	descShed         = desc("web_publishes_shed_total", "Publishes this web process answered 503 overloaded, every place taken (HOOKLANE_WEB_MAX_PUBLISHES), all-time since it started; nothing of them was written.")
 	descRescued      = desc("rescued_total", "Deliveries that nothing was moving, moved by the rescuer or a turn, all-time, by reason: no_turn, lost_run, lost_task, stale.", "reason")
 )
 
@@ -66,4 +68,5 @@ var allDescs = []*prometheus.Desc{
 	tenantDescs.dead, tenantDescs.latency, tenantDescs.lateness,
 	descUp, descSubscribers, descPausedCount, descCoolingCount, descOpenCount, descMarked, descMaxMarked,
 	descInFlight, descPaused, descBreaker, descEffective, descCooldown, descOldest, descRetryWait, descScheduled, descDropped, descRescued, descOperator,
+	descPublishing, descShed,
 }

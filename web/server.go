@@ -29,6 +29,7 @@ type Server struct {
 	tenants tenantCache
 	tokens  tokenCache
 	ingest  *ingestLimiter
+	places  *publishPlaces
 	gates   *limits.Gates // read only: every write goes through p
 	insp    *asynq.Inspector
 	mon     *asynqmon.HTTPHandler
@@ -66,6 +67,7 @@ func New(cfg Config) (*Server, error) {
 	s.tokens.m, s.tokens.touched = map[[32]byte]cachedToken{}, map[string]time.Time{}
 	s.gates = limits.NewGates(s.rdb)
 	s.ingest = newIngestLimiter(s)
+	s.places = newPublishPlaces(cfg.MaxPublishes)
 	s.insp = asynq.NewInspectorFromRedisClient(s.rdb)
 	// asynqmon wants an asynq.RedisConnOpt rather than a client: the same
 	// connection, in the same mode.
