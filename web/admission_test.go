@@ -91,8 +91,13 @@ func TestPublishesPastThePlacesAreRefusedAtOnce(t *testing.T) {
 	// nothing: published again they are new, not duplicates.
 	unpause()
 	for range 2 {
-		if r := <-held; r.status != 202 {
-			t.Errorf("a publish that held a place: %d %s; want 202", r.status, r.body)
+		select {
+		case r := <-held:
+			if r.status != 202 {
+				t.Errorf("a publish that held a place: %d %s; want 202", r.status, r.body)
+			}
+		case <-time.After(30 * time.Second): // (its call failed the test)
+			t.Fatal("a publish that held a place got no answer 30 s after Redis let go")
 		}
 	}
 	for _, id := range []string{"over", "over-b"} {
