@@ -291,3 +291,35 @@ func TestCLIPublishFile(t *testing.T) {
 		t.Fatalf("-file with -type: %v; want a usage error", err)
 	}
 }
+
+// hooklane publish -file with more events than the token's burst waits
+// out each 429's Retry-After and sends the same batch again: all 250
+// events of a token allowed 100 a second, 100 at once, are published, in
+// file order, none failed (the refused calls wrote nothing: none
+// answers duplicate).
+func TestCLIPublishFileWaitsOutTheRate(t *testing.T) {
+	b := setupWith(t, nil, func(c *web.Config) { c.IngestRate, c.IngestBurst = 100, 100 })
+	if r := b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": "https://a.test/h"}); r.status != 201 {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+	var lines []string
+	for i := range 250 {
+		lines = append(lines, fmt.Sprintf(`{"id":"w%03d","type":"t","data":{"n":%d}}`, i, i))
+	}
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ans batchAnswer
+	if err := b.cli(t, &ans, "publish", "-file", path); err != nil {
+		t.Fatalf("publish -file of 250 events at 100/s: %v", err)
+	}
+	if len(ans.Results) != 250 || ans.Failed != 0 {
+		t.Fatalf("%d results, %d failed; want 250, none failed", len(ans.Results), ans.Failed)
+	}
+	for i, said := range ans.said() {
+		if ans.Results[i].EventID != fmt.Sprintf("w%03d", i) || said != "202 s=enqueued" && said != "202 s=scheduled" {
+			t.Fatalf("result %d: %s %s; want w%03d booked anew", i, ans.Results[i].EventID, said, i)
+		}
+	}
+}

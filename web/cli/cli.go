@@ -23,7 +23,7 @@ import (
 const Usage = `operator commands (over the API at $HOOKLANE_URL, default http://127.0.0.1:$PORT, with $HOOKLANE_API_TOKEN;
 each may start with --tenant NAME: that tenant's subscribers, events and dead letters, not the default tenant's):
   hooklane publish -type T [-id ID] [-data JSON|@file] [-to SUBSCRIBER] [-not-before RFC3339|+DURATION]
-  hooklane publish -file FILE|-   (events as POST /v1/events takes them, each with its id: a JSON array or one object per line; sent 100 a call)
+  hooklane publish -file FILE|-   (events as POST /v1/events takes them, each with its id: a JSON array or one object per line; sent 100 a call, each 429 or 503 waited out)
   hooklane subscribers list
   hooklane subscribers get|status|delete|pause|resume|end-cooldown ID
   hooklane subscribers put ID -url URL [-events a,b.*] [-rate N -burst N -period 1s] [-max-in-flight N] [-max-attempts N] [-secret whsec_…] [-metrics]

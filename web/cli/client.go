@@ -72,6 +72,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 			return resp.StatusCode, &web.APIError{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(b))}
 		}
 		e.Error.Status = resp.StatusCode
+		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
+			e.Error.RetryAfter = time.Duration(n) * time.Second
+		}
 		return resp.StatusCode, e.Error
 	}
 	if out != nil && len(b) > 0 {

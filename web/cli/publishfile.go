@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"time"
 
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/web"
@@ -19,8 +21,10 @@ import (
 // after another (JSON Lines), sent producer.MaxBatch to a call (POST
 // /v1/events/batch). Each event carries its id: the file sent again
 // publishes nothing twice (what was booked answers duplicate), which is
-// how a run stopped by an error is finished. It writes every call's
-// results as one answer, in file order.
+// how a run stopped by an error is finished. A batch refused with a
+// Retry-After (the token's rate, the web process' places) waits it out and
+// goes again (publishWaiting). It writes every call's results as one
+// answer, in file order.
 func publishFile(ctx context.Context, c *Client, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := newFlags("publish")
 	name := fs.String("file", "", "file of events, - for stdin")
@@ -49,7 +53,7 @@ func publishFile(ctx context.Context, c *Client, args []string, stdin io.Reader,
 	}
 	for from := 0; from < len(events); from += producer.MaxBatch {
 		to := min(from+producer.MaxBatch, len(events))
-		ans, err := c.PublishBatch(ctx, events[from:to])
+		ans, err := publishWaiting(ctx, c, events[from:to])
 		if err != nil {
 			_ = write() // what was answered before
 			return fmt.Errorf("events %d to %d of %d: %w (the %d before were answered; sending the file again is safe)",
@@ -60,6 +64,30 @@ func publishFile(ctx context.Context, c *Client, args []string, stdin io.Reader,
 	}
 	return write()
 }
+
+// publishWaiting sends one batch, and sends it again after the
+// Retry-After of a 429 or 503 (past the token's rate or the web process'
+// places, nothing written; or Redis gone, what was booked answering
+// duplicate when sent again), up to retryTries calls, each wait at most a
+// minute: a file longer than the token's burst goes at the token's rate.
+func publishWaiting(ctx context.Context, c *Client, events []json.RawMessage) (web.BatchAnswer, error) {
+	for try := 1; ; try++ {
+		ans, err := c.PublishBatch(ctx, events)
+		var ae *web.APIError
+		if err == nil || try == retryTries || !errors.As(err, &ae) || ae.RetryAfter <= 0 ||
+			ae.Status != http.StatusTooManyRequests && ae.Status != http.StatusServiceUnavailable {
+			return ans, err
+		}
+		select {
+		case <-ctx.Done():
+			return ans, errors.Join(err, ctx.Err())
+		case <-time.After(min(ae.RetryAfter, time.Minute)):
+		}
+	}
+}
+
+// retryTries is how many times publish -file sends one batch told to wait.
+const retryTries = 10
 
 // readEvents reads a JSON array of events, or JSON values one after
 // another (JSON Lines), each kept as sent.
