@@ -383,11 +383,11 @@ func spikeReport(b *testing.B, stages []spikeStage, reqs []spikeReq, snaps []spi
 		// of its plan on time measured the generator, not the endpoint.
 		// Its latencies are from each request's start, so a late start
 		// hides the wait before it: such a stage's p99 is no figure.
-		if lateShare := float64(late) / float64(max(sent, 1)); lateShare > 0.01 {
-			verdicts = append(verdicts, fmt.Sprintf("%s inadmissible (%.1f %% started late)", st.name, 100*lateShare))
-		} else {
-			verdicts = append(verdicts, fmt.Sprintf("%s admissible (%.1f %% started late)", st.name, 100*lateShare))
+		lateShare, verdict := float64(late)/float64(max(sent, 1)), "admissible"
+		if lateShare > 0.01 {
+			verdict = "inadmissible"
 		}
+		verdicts = append(verdicts, fmt.Sprintf("%s %s (%.1f %% started late)", st.name, verdict, 100*lateShare))
 		for unit, x := range map[string]float64{"p50-ms": ms(pct(took, 0.5)), "p99-ms": ms(pct(took, 0.99)), "max-ms": ms(pct(took, 1)),
 			"accepted": float64(ok), "refused": float64(refused), "shed": float64(shed), "late-starts": float64(late)} {
 			b.ReportMetric(x, st.name+"-"+unit)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hooklane/hooklane/limits"
 	"github.com/hooklane/hooklane/producer"
 	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/web"
@@ -72,8 +73,8 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 			return resp.StatusCode, &web.APIError{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(b))}
 		}
 		e.Error.Status = resp.StatusCode
-		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
-			e.Error.RetryAfter = time.Duration(n) * time.Second
+		if ra, ok := limits.ReadRetryAfter(resp.Header.Get("Retry-After")); ok {
+			e.Error.RetryAfter = time.Until(ra.Deadline(time.Now(), time.Hour))
 		}
 		return resp.StatusCode, e.Error
 	}
