@@ -63,7 +63,7 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 	for i, ev := range d.EventIDs {
 		r := &run{taskID: tasks.TaskID(d.SubscriberID, ev), queue: b.queue, sub: d.SubscriberID, event: ev, keys: keys, batch: calls}
 		wg.Go(func() {
-			defer calls.ended()
+			defer calls.ended(r)
 			answers[i] = h.deliver(ctx, r, sub)
 		})
 	}
@@ -92,19 +92,30 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 
 // group sends a batch's calls of one script (its Admits, its commits)
 // together, as a database's group commit does: a call waits until every
-// delivery of the batch still running has made its own (they go as one),
-// or until linger has passed since the first of them (the others are
-// elsewhere: in a request, waiting for a rate slot); what is asked while a
-// group is on its way goes in the next. So a batch whose requests answer
-// together commits once, and no call waits more than linger for another
-// delivery. Until first calls were made (every delivery's first Admit:
-// each delivery's first step, nothing else comes before it), a call waits
-// up to firstLinger instead: a delivery whose goroutine a busy process
-// starts a few milliseconds late still joins the batch's one Admit.
+// delivery of the batch that may still make one soon has made it (they go
+// as one), or until linger has passed since the first of them; what is
+// asked while a group is on its way goes in the next. Who may make one
+// soon is the group's coming:
+//
+//   - for Admits, every delivery still running, while the batch's first
+//     Admits are made (each delivery's first step), up to firstLinger: a
+//     delivery whose goroutine a busy process starts a few milliseconds
+//     late still joins the batch's one Admit. After that round an Admit
+//     waits for none (linger 0).
+//   - for commits, the deliveries that hold an in-flight slot and have not
+//     asked yet: their requests answer soon. One waiting for a slot is
+//     not waited for: the slot it waits for may be the one the waiting
+//     commit frees.
+//
+// So a batch whose requests answer together commits once, one whose
+// endpoint takes one request at a time commits each at once, and no call
+// waits more than linger for another delivery.
 type group[In, Out any] struct {
 	send   func(context.Context, []In) ([]Out, error)
 	linger time.Duration
-	live   *atomic.Int64 // the batch's deliveries still running (batchCalls.live)
+	// coming: how many deliveries may still make a call, beside the n
+	// waiting (batchCalls.live, batchCalls.held)
+	coming func(waiting int64) int64
 	// first calls (0: none) are waited for up to firstLinger
 	first       int
 	firstLinger time.Duration
@@ -174,26 +185,23 @@ func (g *group[In, Out]) drain(ctx context.Context) {
 	}
 }
 
-// gather waits until every running delivery of the batch waits in the
-// group, or linger has passed (none: the ready index's writes, which
-// nothing after them waits for).
+// gather waits until none of the batch's deliveries that may still make a
+// call (coming) has not made it, or linger has passed (none: the ready
+// index's writes, which nothing after them waits for, and Admits after
+// the first round).
 func (g *group[In, Out]) gather() {
-	if g.linger <= 0 {
-		return
-	}
 	var timer *time.Timer
 	for {
 		g.mu.Lock()
-		n, firstRound := int64(len(g.waiting)), g.asked < g.first
+		n, linger := int64(len(g.waiting)), g.linger
+		if g.asked < g.first {
+			linger = g.firstLinger
+		}
 		g.mu.Unlock()
-		if n == 0 || n >= g.live.Load() {
+		if n == 0 || linger <= 0 || g.coming(n) <= 0 {
 			break
 		}
 		if timer == nil {
-			linger := g.linger
-			if firstRound {
-				linger = g.firstLinger
-			}
 			timer = time.NewTimer(linger)
 		}
 		select {
@@ -210,18 +218,22 @@ func (g *group[In, Out]) gather() {
 
 // batchCalls are a batch's grouped script calls.
 type batchCalls struct {
-	live     atomic.Int64 // its deliveries still running
+	live atomic.Int64 // its deliveries still running
+	// held: its deliveries that hold an in-flight slot (admitted) and have
+	// not asked for their commit yet (run.held)
+	held     atomic.Int64
 	admits   group[limits.AdmitRequest, limits.Admission]
 	commits  group[limits.Outcome, limits.Committed]
 	notifies group[time.Time, struct{}] // the ready index told (ZADD LT: the earliest counts)
 }
 
-// The longest a batch's Admit and commit wait for the batch's other
-// deliveries to ask too (group.gather): a fraction of a request, a few
-// round trips; the batch's first Admits, which every delivery makes at
-// once, firstAdmitLinger.
+// The longest a batch's commit waits for the batch's other deliveries to
+// ask too (group.gather): a fraction of a request, a few round trips; its
+// first Admits, which every delivery makes at once, firstAdmitLinger. An
+// Admit after them waits for none: it follows a wait (for a rate slot, or
+// in the busy lane for an in-flight slot, one delivery at a time) that
+// the others end at times of their own.
 const (
-	admitLinger      = 2 * time.Millisecond
 	firstAdmitLinger = 20 * time.Millisecond
 	commitLinger     = 5 * time.Millisecond
 )
@@ -232,16 +244,36 @@ func newBatchCalls(n int, admit func(context.Context, []limits.AdmitRequest) ([]
 	notify func(context.Context, []time.Time) ([]struct{}, error)) *batchCalls {
 	c := &batchCalls{}
 	c.live.Store(int64(n))
-	c.admits = group[limits.AdmitRequest, limits.Admission]{send: admit, linger: admitLinger, live: &c.live, kick: make(chan struct{}, 1),
+	running := func(waiting int64) int64 { return c.live.Load() - waiting }
+	c.admits = group[limits.AdmitRequest, limits.Admission]{send: admit, coming: running, kick: make(chan struct{}, 1),
 		first: n, firstLinger: firstAdmitLinger}
-	c.commits = group[limits.Outcome, limits.Committed]{send: commit, linger: commitLinger, live: &c.live, kick: make(chan struct{}, 1)}
-	c.notifies = group[time.Time, struct{}]{send: notify, linger: 0, live: &c.live, kick: make(chan struct{}, 1)}
+	c.commits = group[limits.Outcome, limits.Committed]{send: commit, linger: commitLinger, coming: func(int64) int64 { return c.held.Load() },
+		kick: make(chan struct{}, 1)}
+	c.notifies = group[time.Time, struct{}]{send: notify, linger: 0, coming: running, kick: make(chan struct{}, 1)}
 	return c
+}
+
+// admitted: r took an in-flight slot; its commit is waited for.
+func (c *batchCalls) admitted(r *run) {
+	if !r.held {
+		r.held = true
+		c.held.Add(1)
+	}
+}
+
+// asks: r makes its commit, or ends without one; nothing more of it is
+// waited for.
+func (c *batchCalls) asks(r *run) {
+	if r.held {
+		r.held = false
+		c.held.Add(-1)
+	}
 }
 
 // ended: one of the batch's deliveries is done; its groups need not wait
 // for it.
-func (c *batchCalls) ended() {
+func (c *batchCalls) ended(r *run) {
+	c.asks(r)
 	c.live.Add(-1)
 	c.admits.wake()
 	c.commits.wake()
