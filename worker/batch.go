@@ -61,7 +61,7 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 			return make([]struct{}, len(ats)), h.gates.Notify(ctx, h.keys.Ready(h.keys.QueueRegion(b.queue)), d.SubscriberID, slices.MinFunc(ats, time.Time.Compare))
 		})
 	for i, ev := range d.EventIDs {
-		r := &run{taskID: tasks.TaskID(d.SubscriberID, ev), queue: b.queue, sub: d.SubscriberID, event: ev, keys: keys, batch: calls}
+		r := calls.newRun(&run{taskID: tasks.TaskID(d.SubscriberID, ev), queue: b.queue, sub: d.SubscriberID, event: ev, keys: keys})
 		wg.Go(func() {
 			defer calls.ended(r)
 			answers[i] = h.deliver(ctx, r, sub)
@@ -97,25 +97,25 @@ func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error 
 // asked while a group is on its way goes in the next. Who may make one
 // soon is the group's coming:
 //
-//   - for Admits, every delivery still running, while the batch's first
-//     Admits are made (each delivery's first step), up to firstLinger: a
-//     delivery whose goroutine a busy process starts a few milliseconds
-//     late still joins the batch's one Admit. After that round an Admit
-//     waits for none (linger 0).
+//   - for Admits, the deliveries that will ask without waiting for an
+//     in-flight slot: each delivery before its first Admit (waited for up
+//     to firstLinger: a delivery whose goroutine a busy process starts a
+//     few milliseconds late still joins the batch's one Admit), and one
+//     waiting for the rate slot it booked;
 //   - for commits, the deliveries that hold an in-flight slot and have not
-//     asked yet: their requests answer soon. One waiting for a slot is
-//     not waited for: the slot it waits for may be the one the waiting
-//     commit frees.
+//     asked yet: their requests answer soon.
 //
-// So a batch whose requests answer together commits once, one whose
-// endpoint takes one request at a time commits each at once, and no call
+// A delivery waiting for an in-flight slot is waited for by neither: the
+// slot it waits for may be the one the waiting call is to free. So a batch
+// whose requests answer together commits once, one whose endpoint takes
+// one request at a time commits and admits each at once, and no call
 // waits more than linger for another delivery.
 type group[In, Out any] struct {
 	send   func(context.Context, []In) ([]Out, error)
 	linger time.Duration
-	// coming: how many deliveries may still make a call, beside the n
-	// waiting (batchCalls.live, batchCalls.held)
-	coming func(waiting int64) int64
+	// coming: how many deliveries may still make a call soon
+	// (batchCalls.toAdmit, batchCalls.held)
+	coming func() int64
 	// first calls (0: none) are waited for up to firstLinger
 	first       int
 	firstLinger time.Duration
@@ -185,10 +185,9 @@ func (g *group[In, Out]) drain(ctx context.Context) {
 	}
 }
 
-// gather waits until none of the batch's deliveries that may still make a
-// call (coming) has not made it, or linger has passed (none: the ready
-// index's writes, which nothing after them waits for, and Admits after
-// the first round).
+// gather waits until no delivery that may still make a call soon
+// (coming) has not made it, or linger has passed (none: the ready index's
+// writes, which nothing after them waits for).
 func (g *group[In, Out]) gather() {
 	var timer *time.Timer
 	for {
@@ -198,7 +197,7 @@ func (g *group[In, Out]) gather() {
 			linger = g.firstLinger
 		}
 		g.mu.Unlock()
-		if n == 0 || linger <= 0 || g.coming(n) <= 0 {
+		if n == 0 || linger <= 0 || g.coming() <= 0 {
 			break
 		}
 		if timer == nil {
@@ -218,52 +217,81 @@ func (g *group[In, Out]) gather() {
 
 // batchCalls are a batch's grouped script calls.
 type batchCalls struct {
-	live atomic.Int64 // its deliveries still running
-	// held: its deliveries that hold an in-flight slot (admitted) and have
-	// not asked for their commit yet (run.held)
-	held     atomic.Int64
-	admits   group[limits.AdmitRequest, limits.Admission]
-	commits  group[limits.Outcome, limits.Committed]
-	notifies group[time.Time, struct{}] // the ready index told (ZADD LT: the earliest counts)
+	// toAdmit: its deliveries that will ask Admit without waiting for an
+	// in-flight slot (run.toAdmit); held: those that hold one (admitted)
+	// and have not asked for their commit yet (run.held)
+	toAdmit, held atomic.Int64
+	admits        group[limits.AdmitRequest, limits.Admission]
+	commits       group[limits.Outcome, limits.Committed]
+	notifies      group[time.Time, struct{}] // the ready index told (ZADD LT: the earliest counts)
 }
 
-// The longest a batch's commit waits for the batch's other deliveries to
-// ask too (group.gather): a fraction of a request, a few round trips; its
-// first Admits, which every delivery makes at once, firstAdmitLinger. An
-// Admit after them waits for none: it follows a wait (for a rate slot, or
-// in the busy lane for an in-flight slot, one delivery at a time) that
-// the others end at times of their own.
+// The longest a batch's Admit and commit wait for the batch's other
+// deliveries to ask too (group.gather): a fraction of a request, a few
+// round trips; the batch's first Admits, which every delivery makes at
+// once, firstAdmitLinger.
 const (
+	admitLinger      = 2 * time.Millisecond
 	firstAdmitLinger = 20 * time.Millisecond
 	commitLinger     = 5 * time.Millisecond
 )
 
-// newBatchCalls are n deliveries' grouped calls, sent with send's.
+// newBatchCalls are the grouped calls of n deliveries, each of which is to
+// be run with newRun, sent with send's.
 func newBatchCalls(n int, admit func(context.Context, []limits.AdmitRequest) ([]limits.Admission, error),
 	commit func(context.Context, []limits.Outcome) ([]limits.Committed, error),
 	notify func(context.Context, []time.Time) ([]struct{}, error)) *batchCalls {
 	c := &batchCalls{}
-	c.live.Store(int64(n))
-	running := func(waiting int64) int64 { return c.live.Load() - waiting }
-	c.admits = group[limits.AdmitRequest, limits.Admission]{send: admit, coming: running, kick: make(chan struct{}, 1),
-		first: n, firstLinger: firstAdmitLinger}
-	c.commits = group[limits.Outcome, limits.Committed]{send: commit, linger: commitLinger, coming: func(int64) int64 { return c.held.Load() },
+	c.toAdmit.Store(int64(n)) // (newRun)
+	c.admits = group[limits.AdmitRequest, limits.Admission]{send: admit, linger: admitLinger, coming: c.toAdmit.Load,
+		kick: make(chan struct{}, 1), first: n, firstLinger: firstAdmitLinger}
+	c.commits = group[limits.Outcome, limits.Committed]{send: commit, linger: commitLinger, coming: c.held.Load,
 		kick: make(chan struct{}, 1)}
-	c.notifies = group[time.Time, struct{}]{send: notify, linger: 0, coming: running, kick: make(chan struct{}, 1)}
+	c.notifies = group[time.Time, struct{}]{send: notify, kick: make(chan struct{}, 1)}
 	return c
 }
 
-// admitted: r took an in-flight slot; its commit is waited for.
-func (c *batchCalls) admitted(r *run) {
-	if !r.held {
-		r.held = true
-		c.held.Add(1)
-	}
+// newRun is one of the batch's deliveries, before its first Admit: one
+// of the n that toAdmit counts from the start (so that one whose goroutine
+// starts late is waited for).
+func (c *batchCalls) newRun(r *run) *run {
+	r.batch, r.toAdmit = c, true
+	return r
 }
 
-// asks: r makes its commit, or ends without one; nothing more of it is
-// waited for.
+// admit sends r's Admit with the batch's others, and keeps count of what
+// r does next: it holds a slot (admitted), or asks again after the rate
+// slot it booked (SendIn); else (parked, busy: a wait for an in-flight
+// slot) nothing of it is waited for.
+func (c *batchCalls) admit(ctx context.Context, r *run, req limits.AdmitRequest) (limits.Admission, error) {
+	c.asks(r)
+	a, err := c.admits.call(ctx, req)
+	switch {
+	case err != nil:
+	case a.Admitted:
+		if !r.held {
+			r.held = true
+			c.held.Add(1)
+		}
+	case a.SendIn > 0:
+		r.toAdmit = true
+		c.toAdmit.Add(1)
+	}
+	return a, err
+}
+
+// commit sends r's commit with the batch's others.
+func (c *batchCalls) commit(ctx context.Context, r *run, o limits.Outcome) (limits.Committed, error) {
+	c.asks(r)
+	return c.commits.call(ctx, o)
+}
+
+// asks: r makes a call, or ends; what it was waited for, it is not now.
 func (c *batchCalls) asks(r *run) {
+	if r.toAdmit {
+		r.toAdmit = false
+		c.toAdmit.Add(-1)
+	}
 	if r.held {
 		r.held = false
 		c.held.Add(-1)
@@ -274,7 +302,6 @@ func (c *batchCalls) asks(r *run) {
 // for it.
 func (c *batchCalls) ended(r *run) {
 	c.asks(r)
-	c.live.Add(-1)
 	c.admits.wake()
 	c.commits.wake()
 	c.notifies.wake()

@@ -11,46 +11,123 @@ import (
 	"github.com/hooklane/hooklane/limits"
 )
 
+// groupProbe is a batch's grouped calls whose scripts answer from replies
+// (by event id: what Admit answers that delivery) and record the size of
+// each call.
+type groupProbe struct {
+	c       *batchCalls
+	runs    []*run
+	mu      sync.Mutex
+	admits  []int
+	commits []int
+	replies map[string]limits.Admission
+}
+
+func newGroupProbe(n int) *groupProbe {
+	p := &groupProbe{replies: map[string]limits.Admission{}}
+	p.c = newBatchCalls(n,
+		func(_ context.Context, in []limits.AdmitRequest) ([]limits.Admission, error) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.admits = append(p.admits, len(in))
+			out := make([]limits.Admission, len(in))
+			for i, r := range in {
+				out[i] = p.replies[r.EventID]
+			}
+			return out, nil
+		},
+		func(_ context.Context, in []limits.Outcome) ([]limits.Committed, error) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.commits = append(p.commits, len(in))
+			return make([]limits.Committed, len(in)), nil
+		}, nil)
+	// a wait for another delivery shows as the test's timeout
+	p.c.admits.linger, p.c.admits.firstLinger, p.c.commits.linger = time.Minute, time.Minute, time.Minute
+	for i := range n {
+		p.runs = append(p.runs, p.c.newRun(&run{event: string(rune('a' + i))}))
+	}
+	return p
+}
+
+// admit and commit make run i's call in a goroutine of its own; the
+// channel closes when it is answered.
+func (p *groupProbe) admit(i int) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = p.runs[i].admit(context.Background(), nil, limits.AdmitRequest{EventID: p.runs[i].event})
+	}()
+	return done
+}
+
+func (p *groupProbe) commit(i int) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = p.runs[i].commit(context.Background(), nil, limits.Outcome{})
+	}()
+	return done
+}
+
+func (p *groupProbe) waiting(t *testing.T, g interface{ pending() int }, n int) {
+	t.Helper()
+	testkit.Eventually(t, 5*time.Second, "calls waiting in the group", func() bool { return g.pending() == n })
+}
+
+func (g *group[In, Out]) pending() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.waiting)
+}
+
+func answered(t *testing.T, what string, chs ...chan struct{}) {
+	t.Helper()
+	for _, ch := range chs {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: not answered; a call waited for a delivery that was not coming", what)
+		}
+	}
+}
+
+func (p *groupProbe) sizes() (admits, commits []int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.admits), slices.Clone(p.commits)
+}
+
 // A batch's first Admits go as one call even when one delivery asks well
-// after the others (its goroutine started late in a busy process): until
-// every delivery has asked once, the group waits up to firstLinger, not
-// linger. After that round, a call waits no more than linger for a
-// delivery that is elsewhere.
-func TestABatchsFirstAdmitsGoAsOne(t *testing.T) {
-	var mu sync.Mutex
-	var sizes []int
-	send := func(_ context.Context, in []int) ([]int, error) {
-		mu.Lock()
-		sizes = append(sizes, len(in))
-		mu.Unlock()
-		return in, nil
+// after the others (its goroutine started late in a busy process). After
+// that round an Admit waits for the deliveries that wait for the rate
+// slot they booked, and for no other: not one in its request, not one
+// waiting for an in-flight slot.
+func TestABatchsAdmitsWaitOnlyForDeliveriesComingBack(t *testing.T) {
+	p := newGroupProbe(4)
+	p.replies["a"] = limits.Admission{Admitted: true}
+	p.replies["b"] = limits.Admission{SendIn: time.Millisecond}
+	p.replies["c"] = limits.Admission{SendIn: time.Millisecond}
+	p.replies["d"] = limits.Admission{Busy: true}
+	first := []chan struct{}{p.admit(0), p.admit(1), p.admit(2)}
+	p.waiting(t, &p.c.admits, 3)
+	time.Sleep(20 * time.Millisecond) // the fourth is late
+	answered(t, "the first round", append(first, p.admit(3))...)
+	// b comes back from its rate slot: c, also waiting for one, is waited
+	// for; a (in its request) and d (waiting for an in-flight slot) are not.
+	p.mu.Lock()
+	p.replies["b"], p.replies["c"] = limits.Admission{Admitted: true}, limits.Admission{Admitted: true}
+	p.mu.Unlock()
+	b := p.admit(1)
+	p.waiting(t, &p.c.admits, 1)
+	answered(t, "b and c after their rate slots", b, p.admit(2))
+	if admits, _ := p.sizes(); !slices.Equal(admits, []int{4, 2}) {
+		t.Fatalf("Admits sent in calls of %v; want 4, then b and c together", admits)
 	}
-	c := newBatchCalls(3, nil, nil, nil)
-	g := &group[int, int]{send: send, linger: time.Millisecond, coming: func(n int64) int64 { return c.live.Load() - n }, kick: make(chan struct{}, 1), first: 3,
-		firstLinger: time.Minute}
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Go(func() { _, _ = g.call(ctx, i) })
-	}
-	testkit.Eventually(t, 5*time.Second, "two deliveries asking", func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return len(g.waiting) == 2
-	})
-	time.Sleep(20 * time.Millisecond) // twenty times linger: the third is late
-	wg.Go(func() { _, _ = g.call(ctx, 2) })
-	wg.Wait()
-	if !slices.Equal(sizes, []int{3}) {
-		t.Fatalf("first Admits sent in calls of %v; want one of 3", sizes)
-	}
-	// A second round: one delivery asks again while the other two are
-	// elsewhere (in their requests): it goes after linger, alone.
-	if _, err := g.call(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(sizes, []int{3, 1}) {
-		t.Fatalf("calls of %v; want 3 then 1", sizes)
+	// d's slot frees: its Admit goes at once, alone.
+	answered(t, "d after its wait for a slot", p.admit(3))
+	if admits, _ := p.sizes(); !slices.Equal(admits, []int{4, 2, 1}) {
+		t.Fatalf("Admits sent in calls of %v; want 4, 2, then d alone", admits)
 	}
 }
 
@@ -60,52 +137,20 @@ func TestABatchsFirstAdmitsGoAsOne(t *testing.T) {
 // each request of a one-at-a-time endpoint a linger late (a serial
 // endpoint's batches ran at a quarter of its single tasks' pace).
 func TestABatchsCommitWaitsOnlyForHeldSlots(t *testing.T) {
-	var mu sync.Mutex
-	var sizes []int
-	send := func(_ context.Context, in []limits.Outcome) ([]limits.Committed, error) {
-		mu.Lock()
-		sizes = append(sizes, len(in))
-		mu.Unlock()
-		return make([]limits.Committed, len(in)), nil
-	}
-	c := newBatchCalls(3, nil, send, nil)
-	c.commits.linger = time.Minute // a wait for another shows as the test's timeout
-	ctx := context.Background()
-	runs := []*run{{batch: c}, {batch: c}, {batch: c}}
-	committed := func(r *run) chan struct{} {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_, _ = r.commit(ctx, nil, limits.Outcome{})
-		}()
-		return done
-	}
-	// One delivery holds the slot; the other two wait for it (live, no slot).
-	c.admitted(runs[0])
-	select {
-	case <-committed(runs[0]):
-	case <-time.After(5 * time.Second):
-		t.Fatal("the only admitted delivery's commit waited for deliveries that hold no slot")
-	}
+	p := newGroupProbe(3)
+	p.replies["a"] = limits.Admission{Admitted: true}
+	p.replies["b"] = limits.Admission{Busy: true}
+	p.replies["c"] = limits.Admission{Busy: true}
+	answered(t, "the first round", p.admit(0), p.admit(1), p.admit(2))
+	answered(t, "the only admitted delivery's commit", p.commit(0))
 	// Both others admitted: the first to answer waits for the second, and
 	// the two go as one call.
-	c.admitted(runs[1])
-	c.admitted(runs[2])
-	first := committed(runs[1])
-	testkit.Eventually(t, 5*time.Second, "the first commit waiting", func() bool {
-		c.commits.mu.Lock()
-		defer c.commits.mu.Unlock()
-		return len(c.commits.waiting) == 1
-	})
-	second := committed(runs[2])
-	for _, done := range []chan struct{}{first, second} {
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			t.Fatal("a commit did not go once both held deliveries asked")
-		}
-	}
-	if !slices.Equal(sizes, []int{1, 2}) {
-		t.Fatalf("commits sent in calls of %v; want 1, then 2 together", sizes)
+	p.replies["b"], p.replies["c"] = limits.Admission{Admitted: true}, limits.Admission{Admitted: true}
+	answered(t, "b and c admitted", p.admit(1), p.admit(2))
+	b := p.commit(1)
+	p.waiting(t, &p.c.commits, 1)
+	answered(t, "b and c committed", b, p.commit(2))
+	if _, commits := p.sizes(); !slices.Equal(commits, []int{1, 2}) {
+		t.Fatalf("commits sent in calls of %v; want 1, then 2 together", commits)
 	}
 }

@@ -78,18 +78,15 @@ type run struct {
 	// single-delivery task's, which it is archived as if it dies (payload
 	// is nil: death builds it only then).
 	batch *batchCalls
-	held  bool // admitted in its batch, its commit not yet asked (batchCalls.held)
+	// toAdmit, held: what its batch's grouped calls wait for it (batchCalls)
+	toAdmit, held bool
 }
 
 // admit runs Admit for the run: alone, or with the batch's others asked
 // for at the same moment.
 func (r *run) admit(ctx context.Context, g *limits.Gates, req limits.AdmitRequest) (limits.Admission, error) {
 	if r.batch != nil {
-		a, err := r.batch.admits.call(ctx, req)
-		if err == nil && a.Admitted {
-			r.batch.admitted(r)
-		}
-		return a, err
+		return r.batch.admit(ctx, r, req)
 	}
 	return g.Admit(ctx, r.keys, req)
 }
@@ -98,8 +95,7 @@ func (r *run) admit(ctx context.Context, g *limits.Gates, req limits.AdmitReques
 // that are ready at the same moment.
 func (r *run) commit(ctx context.Context, g *limits.Gates, o limits.Outcome) (limits.Committed, error) {
 	if r.batch != nil {
-		r.batch.asks(r)
-		return r.batch.commits.call(ctx, o)
+		return r.batch.commit(ctx, r, o)
 	}
 	return g.Commit(ctx, r.keys, o)
 }
