@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -108,40 +109,54 @@ func BenchmarkFairness(b *testing.B) {
 	}
 }
 
-// BenchmarkOneAtATime queues 600 events for a subscriber that takes one
-// request at a time (max in flight 1, a fast loopback endpoint), paused so
+// BenchmarkSlotLimited queues 600 events for a subscriber whose in-flight
+// slots bound it (a loopback endpoint answering after a delay), paused so
 // that its turns hand them out, then resumes it, and reports the pace of
-// arrivals 200 to 500: as batches (the default) and as a task each
-// (BatchMax 1). A batch's commit that waited for the deliveries waiting
-// for its slot sent them at 119–123/s against a task each's 424–458/s.
+// arrivals 200 to 500, as batches (the default) and as a task each
+// (BatchMax 1), and that pace's share of what the slots allow (slots ÷
+// delay). A batch's commit that waited for the deliveries waiting for its
+// slot sent a one-slot endpoint's batches at 119–123/s against a task
+// each's 424–458/s.
 //
-//	go test -run '^$' -bench OneAtATime -benchtime 1x ./worker/
-func BenchmarkOneAtATime(b *testing.B) {
-	for _, v := range []struct {
-		name     string
-		batchMax int
-	}{{"batches", 0}, {"task-each", 1}} {
-		b.Run(v.name, func(b *testing.B) {
-			for range b.N {
-				bd := setup(b, worker.Config{BatchMax: v.batchMax})
-				s := testkit.NewSink(b, nil)
-				bd.put(b, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.PerSecond(100_000), MaxInFlight: 1})
-				ctx := context.Background()
-				if err := bd.p.SetPaused(ctx, "s", true); err != nil {
-					b.Fatal(err)
+//	go test -run '^$' -bench SlotLimited -benchtime 1x ./worker/
+func BenchmarkSlotLimited(b *testing.B) {
+	for _, shape := range []struct {
+		slots int
+		delay time.Duration
+	}{{1, 0}, {4, 20 * time.Millisecond}, {20, 5 * time.Millisecond}} {
+		for _, v := range []struct {
+			name     string
+			batchMax int
+		}{{"batches", 0}, {"task-each", 1}} {
+			b.Run(fmt.Sprintf("%d-slots-%v/%s", shape.slots, shape.delay, v.name), func(b *testing.B) {
+				for range b.N {
+					bd := setup(b, worker.Config{BatchMax: v.batchMax})
+					s := testkit.NewSink(b, func(w http.ResponseWriter, _ int) {
+						time.Sleep(shape.delay)
+						w.WriteHeader(http.StatusOK)
+					})
+					bd.put(b, tasks.Subscriber{ID: "s", URL: s.URL, Limit: limits.PerSecond(100_000), MaxInFlight: shape.slots})
+					ctx := context.Background()
+					if err := bd.p.SetPaused(ctx, "s", true); err != nil {
+						b.Fatal(err)
+					}
+					const n = 600
+					for i := range n {
+						bd.publish(b, fmt.Sprintf("e%03d", i), "t")
+					}
+					if err := bd.p.SetPaused(ctx, "s", false); err != nil {
+						b.Fatal(err)
+					}
+					testkit.Eventually(b, 2*time.Minute, "all deliveries", func() bool { return s.Count() >= n })
+					a := s.Got()
+					pace := 300 / a[500].At.Sub(a[200].At).Seconds()
+					b.ReportMetric(pace, "deliveries/s")
+					if shape.delay > 0 {
+						b.ReportMetric(pace*shape.delay.Seconds()/float64(shape.slots), "share-of-slots")
+					}
+					b.ReportMetric(float64(bd.w.Stats().Batched.Load())/n, "batched-share")
 				}
-				const n = 600
-				for i := range n {
-					bd.publish(b, fmt.Sprintf("e%03d", i), "t")
-				}
-				if err := bd.p.SetPaused(ctx, "s", false); err != nil {
-					b.Fatal(err)
-				}
-				testkit.Eventually(b, time.Minute, "all deliveries", func() bool { return s.Count() >= n })
-				a := s.Got()
-				b.ReportMetric(300/a[500].At.Sub(a[200].At).Seconds(), "deliveries/s")
-				b.ReportMetric(float64(bd.w.Stats().Batched.Load())/n, "batched-share")
-			}
-		})
+			})
+		}
 	}
 }
