@@ -221,9 +221,14 @@ type batchCalls struct {
 	// in-flight slot (run.toAdmit); held: those that hold one (admitted)
 	// and have not asked for their commit yet (run.held)
 	toAdmit, held atomic.Int64
-	admits        group[limits.AdmitRequest, limits.Admission]
-	commits       group[limits.Outcome, limits.Committed]
-	notifies      group[time.Time, struct{}] // the ready index told (ZADD LT: the earliest counts)
+	// inRoom: its deliveries waiting in their destination's busy lane, in
+	// the one place of the room they share (lane's)
+	roomMu   sync.Mutex
+	inRoom   int
+	lane     *lane
+	admits   group[limits.AdmitRequest, limits.Admission]
+	commits  group[limits.Outcome, limits.Committed]
+	notifies group[time.Time, struct{}] // the ready index told (ZADD LT: the earliest counts)
 }
 
 // The longest a batch's Admit and commit wait for the batch's other
@@ -305,4 +310,39 @@ func (c *batchCalls) ended(r *run) {
 	c.admits.wake()
 	c.commits.wake()
 	c.notifies.wake()
+}
+
+// enterRoom takes r's place in its destination's busy lane (waitRoom): a
+// task's own, or its batch's, which the batch's waiting deliveries share,
+// as they share the one handler their task holds.
+func (h *handler) enterRoom(r *run) (*lane, bool) {
+	c := r.batch
+	if c == nil {
+		return h.room.enter(r.sub)
+	}
+	c.roomMu.Lock()
+	defer c.roomMu.Unlock()
+	if c.inRoom > 0 {
+		h.room.join(c.lane)
+		c.inRoom++
+		return c.lane, true
+	}
+	l, ok := h.room.enter(r.sub)
+	if ok {
+		c.lane, c.inRoom = l, 1
+	}
+	return l, ok
+}
+
+// leaveRoom takes r out of lane l, and its place with the last of a batch.
+func (h *handler) leaveRoom(r *run, l *lane) {
+	c := r.batch
+	if c == nil {
+		h.room.leave(r.sub, l, true)
+		return
+	}
+	c.roomMu.Lock()
+	defer c.roomMu.Unlock()
+	c.inRoom--
+	h.room.leave(r.sub, l, c.inRoom == 0)
 }

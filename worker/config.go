@@ -45,8 +45,9 @@ type Config struct {
 	// Default 8 (at most Concurrency).
 	DequeueLoops int
 	// MaxWaiters (HOOKLANE_MAX_WAITERS) caps the tasks of one destination
-	// waiting in this process (for an in-flight slot or their rate-limit
-	// slot); more are deferred. Default Concurrency/4.
+	// waiting in this process for an in-flight slot (a batch's waiting
+	// deliveries are its one task, holding one handler); more are
+	// deferred. Default Concurrency/4.
 	MaxWaiters int
 	// MaxWaiting (HOOKLANE_MAX_WAITING) caps the tasks of all destinations
 	// waiting in this process, so that slow destinations cannot hold every

@@ -213,7 +213,7 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 			head = false
 		}
 		if l != nil {
-			h.room.leave(r.sub, l)
+			h.leaveRoom(r, l)
 			l = nil
 		}
 	}
@@ -304,7 +304,7 @@ func (h *handler) admit(ctx context.Context, r *run, sub *cachedSub) error {
 				if maxWait == 0 {
 					return h.parkBusy(ctx, r, sub, DeferredInFlight)
 				}
-				if l, ok = h.room.enter(r.sub); !ok {
+				if l, ok = h.enterRoom(r); !ok {
 					return h.parkBusy(ctx, r, sub, DeferredInFlight)
 				}
 				if deadline = time.Now().Add(maxWait); deadline.After(until) {
@@ -414,7 +414,9 @@ func storedBody(v map[string]string) []byte {
 // an in-handler wait (NoWait) nothing is handed out ahead of its rate slot.
 func (h *handler) pace(s *tasks.Subscriber) limits.Pace {
 	p := h.prod.Pace(*s)
-	p.MaxWait, p.Waiters, p.Ramp = h.cfg.maxWait(), h.cfg.MaxWaiters, h.cfg.Breaker.Ramp
+	// (a batch's waiting deliveries take one place in the room: a turn may
+	// hand out as many as MaxWaiters full batches to wait)
+	p.MaxWait, p.Waiters, p.Ramp = h.cfg.maxWait(), h.cfg.MaxWaiters*h.cfg.BatchMax, h.cfg.Breaker.Ramp
 	if p.MaxWait == 0 {
 		p.Lead = time.Millisecond
 	}

@@ -7,10 +7,10 @@ import (
 )
 
 // waitRoom accounts for the tasks that wait inside this process instead of
-// being deferred: for their rate-limit slot booked a moment ahead, or in a
-// destination's busy lane for a free in-flight slot. It caps them per
-// destination and in all, so that slow destinations cannot hold every
-// handler.
+// being deferred, in a destination's busy lane for a free in-flight slot.
+// It caps them per destination and in all, so that slow destinations
+// cannot hold every handler: a place is a handler, so a batch's waiting
+// deliveries share one (handler.enterRoom).
 //
 // The busy lane exists because a free in-flight slot cannot be booked
 // ahead: only the lane's head asks Redis, when a slot of the destination
@@ -26,9 +26,12 @@ type waitRoom struct {
 }
 
 type lane struct {
-	waiters int
-	turn    chan struct{} // holds one token while a task is the busy lane's head
-	freed   chan struct{} // a slot of the destination was released in this process: one each (up to freedMax)
+	// places: the tasks waiting in it, which the room's caps count (a
+	// batch's waiting deliveries take one: the one handler their task
+	// holds, handler.enterRoom); waiters: every run waiting in it
+	places, waiters int
+	turn            chan struct{} // holds one token while a task is the busy lane's head
+	freed           chan struct{} // a slot of the destination was released in this process: one each (up to freedMax)
 }
 
 func newWaitRoom(perDest, all int) *waitRoom {
@@ -45,21 +48,35 @@ func (w *waitRoom) enter(dest string) (*lane, bool) {
 		l = &lane{turn: make(chan struct{}, 1), freed: make(chan struct{}, freedMax)}
 		w.m[dest] = l
 	}
-	if l.waiters >= w.perDest || w.total >= w.all {
+	if l.places >= w.perDest || w.total >= w.all {
 		if l.waiters == 0 {
 			delete(w.m, dest)
 		}
 		return nil, false
 	}
+	l.places++
 	l.waiters++
 	w.total++
 	return l, true
 }
 
-func (w *waitRoom) leave(dest string, l *lane) {
+// join adds a run to lane l of dest in a place another run took (its
+// batch's): the caps count it no more.
+func (w *waitRoom) join(l *lane) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.total--
+	l.waiters++
+}
+
+// leave takes a run out of lane l of dest, and its place when place (the
+// last of a batch's runs that shared it).
+func (w *waitRoom) leave(dest string, l *lane, place bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if place {
+		l.places--
+		w.total--
+	}
 	if l.waiters--; l.waiters == 0 {
 		delete(w.m, dest)
 	}
