@@ -155,6 +155,8 @@ func BenchmarkSlotLimited(b *testing.B) {
 						b.ReportMetric(pace*shape.delay.Seconds()/float64(shape.slots), "share-of-slots")
 					}
 					b.ReportMetric(float64(bd.w.Stats().Batched.Load())/n, "batched-share")
+					// above 1: parked again and handed out again
+					b.ReportMetric(float64(bd.w.Stats().HandedOut.Load())/n, "handed-out/delivery")
 				}
 			})
 		}
