@@ -43,7 +43,10 @@ type Pace struct {
 	Lead time.Duration
 	// MaxWait is the longest a handed-out delivery may wait in a worker
 	// for a free in-flight slot (worker.Config.MaxWait), and Waiters how
-	// many of the destination's may wait so (worker.Config.MaxWaiters).
+	// many of the destination's may wait so: worker.Config.MaxWaiters
+	// tasks of its own (a publish's), a quarter of a batch each for a
+	// turn's (the worker's pace: a batch's waiting deliveries share its
+	// task's place).
 	MaxWait time.Duration
 	Waiters int
 	// Ramp is the slow start after the breaker closes.

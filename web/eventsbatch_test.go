@@ -246,6 +246,21 @@ func TestBatchPublishCountsEachEventAgainstTheIngestRate(t *testing.T) {
 	}
 }
 
+// eventsFile writes n events of type t, ids prefix000 on, as JSON Lines to
+// a file of the test's; it returns its path and its lines.
+func eventsFile(t *testing.T, prefix string, n int) (string, []string) {
+	t.Helper()
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf(`{"id":"%s%03d","type":"t","data":{"n":%d}}`, prefix, i, i))
+	}
+	path := filepath.Join(t.TempDir(), "events.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, lines
+}
+
 // hooklane publish -file reads events from a file as JSON Lines, or from
 // stdin as a JSON array, and sends them 100 to a call: 150 events are two
 // calls, answered as one list in file order; the file sent again answers
@@ -255,14 +270,7 @@ func TestCLIPublishFile(t *testing.T) {
 	if r := b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": "https://a.test/h"}); r.status != 201 {
 		t.Fatalf("PUT: %d %s", r.status, r.body)
 	}
-	var lines []string
-	for i := range 150 {
-		lines = append(lines, fmt.Sprintf(`{"id":"f%03d","type":"t","data":{"n":%d}}`, i, i))
-	}
-	path := filepath.Join(t.TempDir(), "events.jsonl")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path, lines := eventsFile(t, "f", 150)
 	for round, want := range []string{"202 s=enqueued", "200 s=duplicate"} {
 		var ans batchAnswer
 		if err := b.cli(t, &ans, "publish", "-file", path); err != nil {
@@ -302,14 +310,7 @@ func TestCLIPublishFileWaitsOutTheRate(t *testing.T) {
 	if r := b.call(t, "PUT", "/v1/subscribers/s", map[string]any{"url": "https://a.test/h"}); r.status != 201 {
 		t.Fatalf("PUT: %d %s", r.status, r.body)
 	}
-	var lines []string
-	for i := range 250 {
-		lines = append(lines, fmt.Sprintf(`{"id":"w%03d","type":"t","data":{"n":%d}}`, i, i))
-	}
-	path := filepath.Join(t.TempDir(), "events.jsonl")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path, _ := eventsFile(t, "w", 250)
 	var ans batchAnswer
 	if err := b.cli(t, &ans, "publish", "-file", path); err != nil {
 		t.Fatalf("publish -file of 250 events at 100/s: %v", err)

@@ -109,10 +109,21 @@ func TestABatchsAdmitsWaitOnlyForDeliveriesComingBack(t *testing.T) {
 	p.replies["b"] = limits.Admission{SendIn: time.Millisecond}
 	p.replies["c"] = limits.Admission{SendIn: time.Millisecond}
 	p.replies["d"] = limits.Admission{Busy: true}
+	// Until every delivery has asked once the group waits up to
+	// firstLinger, not linger: twenty lingers late, the fourth still joins.
+	p.c.admits.mu.Lock()
+	p.c.admits.linger = time.Millisecond
+	p.c.admits.mu.Unlock()
 	first := []chan struct{}{p.admit(0), p.admit(1), p.admit(2)}
 	p.waiting(t, &p.c.admits, 3)
 	time.Sleep(20 * time.Millisecond) // the fourth is late
 	answered(t, "the first round", append(first, p.admit(3))...)
+	if admits, _ := p.sizes(); !slices.Equal(admits, []int{4}) {
+		t.Fatalf("first Admits sent in calls of %v; want one of 4", admits)
+	}
+	p.c.admits.mu.Lock()
+	p.c.admits.linger = time.Minute // a wait for another delivery shows as the test's timeout
+	p.c.admits.mu.Unlock()
 	// b comes back from its rate slot: c, also waiting for one, is waited
 	// for; a (in its request) and d (waiting for an in-flight slot) are not.
 	p.mu.Lock()
