@@ -16,7 +16,12 @@ import (
 //     or since its first 2xx there if later, never counted over less than
 //     the limit's burst takes at its rate; at most the rate it had), or
 //     halves it when it accepted none there; never below a tenth of the
-//     limit. The answers to requests already in flight (those committed
+//     limit, nor below half the rate it had when the 2xx came spread over
+//     more than a burst's time: the receiver took all that was sent then,
+//     so they tell how much traffic there was, not the receiver's rate (a
+//     subscriber with an event every few seconds, whose burst after a
+//     pause drew one 429, fell to the floor so and drained its next
+//     backlog at a tenth of its limit). The answers to requests already in flight (those committed
 //     within a second of that 429) measure again from the rate before it
 //     instead of lowering it again, so a burst of 429s counts once
 //     whatever order its answers are committed in. Then each 2xx gives
@@ -114,19 +119,27 @@ local function adapt(gate, v, now, delivered, throttled, cool, p)
   end
   -- what the destination accepted over the last window, as a share of
   -- the limit: the window before for the part of the last window it
-  -- covers, then this one; nil when it accepted nothing there
+  -- covers, then this one; nil when it accepted nothing there. spread:
+  -- the time it is counted over is longer than a burst's (span), so the
+  -- 2xx came one after another, not in one burst
   local function accepted()
     if not w or p.per_ms <= 0 then return nil end
     local e = now - w
-    local open, rate = e - closed(), nil
-    if prev and e < p.win then rate = (prev / 1000 * (p.win - e) + n) / math.max(p.win - e + open, p.span)
-    elseif e < 2 * p.win then rate = n / math.max(open, p.span) end
-    if not rate or rate <= 0 then return nil end
-    return rate / p.per_ms
+    local open, n2, t = e - closed(), nil, nil
+    if prev and e < p.win then n2, t = prev / 1000 * (p.win - e) + n, p.win - e + open
+    elseif e < 2 * p.win then n2, t = n, open end
+    if not n2 or n2 <= 0 then return nil end
+    return n2 / math.max(t, p.span) / p.per_ms, t > p.span
   end
+  -- a rate from what was accepted: 90% of it, or half the rate it had
+  -- when nothing was; and no less than half when the 2xx came spread over
+  -- the window: at a rate lower than hooklane's they say how much it sent
+  -- (the receiver took them all), not how much the receiver takes
   local function lowered(from)
-    local x = accepted()
-    if x then x = math.min(from, x) * p.margin else x = from / 2 end
+    local x, spread = accepted()
+    if not x then x = from / 2
+    elseif spread then x = math.max(math.min(from, x) * p.margin, from / 2)
+    else x = math.min(from, x) * p.margin end
     return string.format('%.6f', math.max(p.floor, x))
   end
   local recent = at and now - at < 1000

@@ -416,8 +416,9 @@ func TestAdaptiveArithmetic(t *testing.T) {
 	// clock read again after the 2xx that closes it: the window lasted 15 s
 	// and at most that slack (a loaded machine's ms: 136 ms once under
 	// make test, when the start was moved back from where it stood).
-	b.rdb.HDel(ctx, b.k.Record, "a_f", "a_at", "a_pre", "a_up", "a_why")
-	b.rdb.HSet(ctx, b.k.Record, "a_n", 20)
+	// The rate had is 2/s here (0.2): what was accepted is over half of it.
+	b.rdb.HDel(ctx, b.k.Record, "a_at", "a_pre", "a_up", "a_why")
+	b.rdb.HSet(ctx, b.k.Record, "a_n", 20, "a_f", "0.2")
 	t0 := b.redisNow(t)
 	b.rdb.HSet(ctx, b.k.Record, "a_w", t0.Add(-15*time.Second).UnixMilli())
 	deliver()
@@ -433,8 +434,15 @@ func TestAdaptiveArithmetic(t *testing.T) {
 	// 0.003 is ~250 ms, still far from any other rule's answer (halved:
 	// 0.5 of the rate before; 5% off: 0.95 of it).
 	tol = 0.003
-	near("a 429 after 13.3 + 1 in the last 10 s", 0.9*1.4333/10)
+	near("a 429 after 13.3 + 1 in the last 10 s, at 2/s", 0.9*1.4333/10)
 	tol = 0.00002
+	// The same window at the whole limit (10/s): 1.43 accepted a second,
+	// spread over it, is how much was sent, not what the receiver takes:
+	// halved (90% of it, the rule before, was 0.129 of the limit).
+	b.rdb.HSet(ctx, b.k.Record, "a_f", "1")
+	back(2*time.Second, "a_at")
+	throttle()
+	near("a 429 after 2xx spread over the window at 1.43/s of 10/s", 0.5)
 
 	// A window older than twice its length says nothing: halved.
 	b.rdb.HSet(ctx, b.k.Record, "a_f", "0.8")
@@ -455,7 +463,9 @@ func TestAdaptiveArithmetic(t *testing.T) {
 	// cooldown it ran into, and the time the one before took of the
 	// window.
 	now := b.redisNow(t).UnixMilli()
-	b.rdb.HSet(ctx, b.k.Record, "a_f", "1", "a_pre", "1", "a_at", now-4000, "a_cu", now-1000, "a_w", now-5000, "a_n", 10, "a_cw", 0)
+	// (At 6/s: 5/s is over half of it, and 2/s, the window counted whole,
+	// would lower it to half, 0.3.)
+	b.rdb.HSet(ctx, b.k.Record, "a_f", "0.6", "a_pre", "0.6", "a_at", now-4000, "a_cu", now-1000, "a_w", now-5000, "a_n", 10, "a_cw", 0)
 	b.rdb.HDel(ctx, b.k.Record, "a_p")
 	cool = now + 3000
 	throttle()

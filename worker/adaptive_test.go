@@ -142,6 +142,47 @@ func TestAdaptiveRateConvergesUnderAReceiversLimit(t *testing.T) {
 	}
 }
 
+// TestAdaptiveRateKeepsHalfAfterSparseTraffic: a subscriber that gets an
+// event every 0.6 s (configured 6/s, burst 4) and whose receiver takes
+// 5/s with a bucket of 3 (chaos' rate-enforcing endpoints) is sent a
+// burst of 8: the receiver answers the burst's fourth request 429. Its
+// 2xx came spread over the seconds before, at a fraction of the rate:
+// they say how much was sent, not how much the receiver takes, so the
+// rate is halved (3/s, a burst of 2, which the receiver takes), not cut to
+// 90% of the 2xx a second (about 1.5/s; TestChaos once drained such a
+// subscriber at a tenth of its limit after its 429s).
+func TestAdaptiveRateKeepsHalfAfterSparseTraffic(t *testing.T) {
+	t.Parallel()
+	b := setup(t, worker.Config{})
+	rc := newBucket(5, 3)
+	s := testkit.NewSink(t, rc.respond)
+	l := limits.Limit{Rate: 6, Burst: 4, Period: time.Second}
+	b.put(t, tasks.Subscriber{ID: "s", URL: s.URL, Limit: l, MaxAttempts: 20})
+	for i := range 8 {
+		b.publish(t, fmt.Sprintf("calm%d", i), "t")
+		testkit.Eventually(t, 10*time.Second, "the calm event's delivery", func() bool { return s.Count() > i })
+		time.Sleep(600 * time.Millisecond) // the traffic's pace: its schedule, not a wait for a condition
+	}
+	if th := rc.throttled(); len(th) > 0 {
+		t.Fatalf("429s before the burst, at %v: the calm traffic exceeded the receiver", th)
+	}
+	for i := range 8 {
+		b.publish(t, fmt.Sprintf("burst%d", i), "t")
+	}
+	testkit.Eventually(t, 30*time.Second, "all 16 delivered", func() bool { return b.counter(t, "s", "delivered") == 16 })
+	th := rc.throttled()
+	eff := limits.ReadEffective(b.rdb.HGetAll(context.Background(), tasks.Keys(b.ns).Gate("s")).Val(), l, 0, time.Now())
+	t.Logf("%d 429s; effective rate %.2f/s (%s)", len(th), eff.Rate, eff.Reason)
+	if len(th) == 0 {
+		// 8 requests at 6/s with a burst of 4 are more than a bucket of 3
+		// at 5/s takes unless they were spread over 1.2 s at least
+		t.Fatal("the burst drew no 429: nothing was taught")
+	}
+	if eff.Rate < 0.5*6-0.01 || eff.Reason == "" {
+		t.Errorf("effective rate %.2f/s (%q) after the burst's 429; want at least half the limit, 3/s, with the reason", eff.Rate, eff.Reason)
+	}
+}
+
 // TestAdaptiveRateLearnsAReceiverFiveTimesSlower is the demo's
 // demo-limited: configured 10/s (burst 10), the receiver takes 2/s (a
 // bucket of 2) and answers the rest 429 with Retry-After: 3, each of which
