@@ -189,8 +189,13 @@ func viralSubs(v ViralSpec) []subSpec {
 func (e *env) runViral(ctx context.Context, r *ScenarioReport) error {
 	v := e.viralSpec()
 	subs := viralSubs(v)
-	r.About = fmt.Sprintf("%d video.trending events published at %.0f/s, first to the dashboard alone, then fanned out to %d subscribers", v.Events, v.BurstRate, len(subs))
-	return e.scenario(ctx, r, "viral", subs, func(ctx context.Context, sc *run) error {
+	r.About = fmt.Sprintf("after %d warm-up events, %d video.trending events published at %.0f/s, first to the dashboard alone, then fanned out to %d subscribers", viralWarmEvents, v.Events, v.BurstRate, len(subs))
+	var operator *producer.Producer
+	err := e.scenario(ctx, r, "viral", subs, func(ctx context.Context, sc *run) error {
+		operator = sc.p
+		if err := e.warmUp(ctx, sc.p, viralWarmID, viralWarmType, viralWarmEvents); err != nil {
+			return err
+		}
 		if err := e.register(ctx, sc.p, subs[0]); err != nil {
 			return err
 		}
@@ -220,7 +225,19 @@ func (e *env) runViral(ctx context.Context, r *ScenarioReport) error {
 		}
 		return nil
 	})
+	if err == nil && e.cfg.ExternalWorkers && operator != nil {
+		_ = operator.DeleteSubscriber(ctx, viralWarmID) // the deployment keeps no bench subscribers
+	}
+	return err
 }
+
+// The viral scenario's warm-up subscriber and its events, delivered
+// before the dashboard's control burst (warmUp).
+const (
+	viralWarmID     = "viral-warmup"
+	viralWarmType   = "bench.viral.warmup"
+	viralWarmEvents = 20
+)
 
 func mergeGen(a, b GenStats) GenStats {
 	return GenStats{Planned: a.Planned + b.Planned, Sent: a.Sent + b.Sent, Failed: a.Failed + b.Failed,

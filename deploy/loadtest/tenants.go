@@ -51,14 +51,8 @@ const (
 )
 
 // The warm-up subscriber (the default tenant's, left out of the figures
-// and of collect) and how many events it gets at once before the first
-// phase: a worker's lane runs one asynq Server while idle, which finds a
-// task within 0.5-1.5 × its PollInterval (500ms), and starts its others,
-// one polling every 20ms, once two of its tasks run at once, for a
-// minute after the last (worker/servers.go). Without the warm-up the
-// small tenant's events alone waited up to 620ms for that poll while the
-// big tenant's traffic, starting the others, sped them up; with it both
-// phases meet the same running Servers and differ by the traffic only.
+// and of collect; warmUp) and how many events it gets at once before the
+// first phase.
 const (
 	tenantsWarmID     = "tenants-warmup"
 	tenantsWarmType   = "bench.tenants.warmup"
@@ -125,7 +119,7 @@ func (e *env) runTenants(ctx context.Context, r *ScenarioReport) error {
 				return err
 			}
 		}
-		if err := e.tenantsWarmUp(ctx, sc.p); err != nil {
+		if err := e.warmUp(ctx, sc.p, tenantsWarmID, tenantsWarmType, tenantsWarmEvents); err != nil {
 			return err
 		}
 		smallGen, bigGen := &Generator{P: ps[tenantSmall], Ledger: sc.led}, &Generator{P: ps[tenantBig], Ledger: sc.led}
@@ -157,23 +151,6 @@ func (e *env) runTenants(ctx context.Context, r *ScenarioReport) error {
 		}
 	}
 	return err
-}
-
-// tenantsWarmUp registers the warm-up subscriber with p, publishes its
-// events at once and waits for their delivery.
-func (e *env) tenantsWarmUp(ctx context.Context, p *producer.Producer) error {
-	if err := e.register(ctx, p, fastSub(tenantsWarmID, tenantsWarmType, "warm-up")); err != nil {
-		return err
-	}
-	was := e.recv.Count(tenantsWarmID)
-	gen := &Generator{P: p, Ledger: newLedger()} // a ledger of its own: not collected
-	if gs := gen.Run(ctx, time.Now(), burst("tw", tenantsWarmType, tenantsWarmEvents, 0, 0), false); gs.Failed > 0 {
-		return fmt.Errorf("%d of the %d warm-up events failed to publish", gs.Failed, gs.Planned)
-	}
-	if !waitFor(ctx, e.cfg.Timeout, func() bool { return e.recv.Count(tenantsWarmID) >= was+tenantsWarmEvents }) {
-		return fmt.Errorf("the warm-up events were not delivered within %s", e.cfg.Timeout)
-	}
-	return nil
 }
 
 // peakQueue is the largest backlog sampled from second from on.
