@@ -21,10 +21,11 @@ import (
 //     so they tell how much traffic there was, not the receiver's rate (a
 //     subscriber with an event every few seconds, whose burst after a
 //     pause drew one 429, fell to the floor so and drained its next
-//     backlog at a tenth of its limit). The answers to requests already in flight (those committed
-//     within a second of that 429) measure again from the rate before it
-//     instead of lowering it again, so a burst of 429s counts once
-//     whatever order its answers are committed in. Then each 2xx gives
+//     backlog at a tenth of its limit). The answers to requests already
+//     in flight (those committed within a second of that 429) measure
+//     again from the rate before it instead of lowering it again, so a
+//     burst of 429s counts once whatever order its answers are committed
+//     in. Then each 2xx gives
 //     back AdaptIncrease of the limit a minute for the time since the last
 //     one (a second at most): the rate climbs only while 2xx keep coming,
 //     until the limit is reached and the lesson forgotten. Sending just
