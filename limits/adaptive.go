@@ -25,14 +25,14 @@ import (
 //     in flight (those committed within a second of that 429) measure
 //     again from the rate before it instead of lowering it again, so a
 //     burst of 429s counts once whatever order its answers are committed
-//     in. Then each 2xx gives
-//     back AdaptIncrease of the limit a minute for the time since the last
-//     one (a second at most): the rate climbs only while 2xx keep coming,
-//     until the limit is reached and the lesson forgotten. Sending just
-//     under what the receiver took leaves its bucket room for the jitter
-//     that makes a sender at exactly its rate draw 429s, and a 429 costs
-//     its whole Retry-After; the slow climb finds the rest (a receiver 5×
-//     below the limit: its rate again after about two minutes of 2xx).
+//     in. Then each 2xx gives back AdaptIncrease of the limit a minute for
+//     the time since the last one (a second at most): the rate climbs only
+//     while 2xx keep coming, until the limit is reached and the lesson
+//     forgotten. Sending just under what the receiver took leaves its
+//     bucket room for the jitter that makes a sender at exactly its rate
+//     draw 429s, and a 429 costs its whole Retry-After; the slow climb
+//     finds the rest (a receiver 5× below the limit: its rate again after
+//     about two minutes of 2xx).
 //     Commit keeps all of it in the script that commits each outcome
 //     (luaAdapt), so concurrent workers never fight over it: a_f (the
 //     share of the limit), a_at (the last decrease), a_pre (the share
