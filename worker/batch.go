@@ -37,7 +37,7 @@ import (
 func (h *handler) runBatch(ctx context.Context, b *run, d tasks.Delivery) error {
 	h.stats.Batches.Add(1)
 	h.stats.Batched.Add(int64(len(d.EventIDs)))
-	sub, err := h.subscriber(ctx, d.SubscriberID, "")
+	sub, err := h.subscriberToAdmit(ctx, d.SubscriberID)
 	if errors.Is(err, errDeleted) {
 		for range d.EventIDs {
 			_ = h.dropped(b, "the subscriber was deleted")

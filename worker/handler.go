@@ -108,7 +108,7 @@ func (h *handler) ProcessTask(ctx context.Context, t *asynq.Task) error {
 		return h.runBatch(ctx, r, d)
 	}
 	r.sub, r.event, r.keys = d.SubscriberID, d.EventID, h.keys.Gates(d.SubscriberID)
-	sub, err := h.subscriber(ctx, r.sub, "")
+	sub, err := h.subscriberToAdmit(ctx, r.sub)
 	if errors.Is(err, errDeleted) {
 		return h.dropped(r, "the subscriber was deleted")
 	}

@@ -13,16 +13,17 @@ import (
 	"github.com/hooklane/hooklane/tasks"
 )
 
-// subCache keeps each subscriber's configuration for up to a second, so a
-// delivery does not spend a round trip re-reading it. Admit answers the
-// configuration's version (the gate record's "cv", written with every
-// change): a run whose cached copy is older reads it again before its
-// request, so a changed URL or a secret rotated out applies at once.
-// Deletion, pausing and cooldowns are read by Admit itself.
+// subCache keeps each subscriber's configuration, so a delivery does not
+// spend a round trip re-reading it. Admit answers the configuration's
+// version (the gate record's "cv", written with every change): a run whose
+// cached copy is older reads it again before its request, so a changed URL
+// or a secret rotated out applies at once. A run that Admit checks this
+// way uses a copy up to verifiedConfigAge old; what no Admit checks (a
+// dispatcher's turn, the rescuer) up to configAge. Deletion, pausing and
+// cooldowns are read by Admit itself.
 type subCache struct {
-	mu  sync.Mutex
-	m   map[string]cachedSub
-	ttl time.Duration
+	mu sync.Mutex
+	m  map[string]cachedSub
 }
 
 // cachedSub is a subscriber's configuration and its version.
@@ -32,13 +33,25 @@ type cachedSub struct {
 	at      time.Time
 }
 
-func newSubCache(ttl time.Duration) *subCache { return &subCache{m: map[string]cachedSub{}, ttl: ttl} }
+// How old a cached configuration may be: read by a run that Admit checks
+// (its version compared: subscriberToAdmit), or by anything else.
+const (
+	verifiedConfigAge = time.Minute
+	configAge         = time.Second
+)
 
-func (c *subCache) get(id string) (cachedSub, bool) {
+func newSubCache() *subCache { return &subCache{m: map[string]cachedSub{}} }
+
+// get returns id's cached configuration, if it is no older than age (a
+// copy without a version, which Admit cannot check, configAge).
+func (c *subCache) get(id string, age time.Duration) (cachedSub, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[id]
-	if !ok || time.Since(e.at) > c.ttl {
+	if e.version == "" {
+		age = min(age, configAge)
+	}
+	if !ok || time.Since(e.at) > age {
 		return cachedSub{}, false
 	}
 	return e, true
@@ -63,10 +76,21 @@ func (c *subCache) forget(id string) {
 // errDeleted: the subscriber is not in the directory.
 var errDeleted = errors.New("subscriber deleted")
 
-// subscriber returns subscriber id's configuration from the cache, or from
-// Redis when the cache has none, or not version (when not "").
+// subscriber returns subscriber id's configuration from the cache (read
+// within configAge), or from Redis when the cache has none, or not version
+// (when not "").
 func (h *handler) subscriber(ctx context.Context, id, version string) (cachedSub, error) {
-	if s, ok := h.subs.get(id); ok && (version == "" || s.version == version) {
+	return h.subscriberAged(ctx, id, version, configAge)
+}
+
+// subscriberToAdmit is subscriber for a run, whose Admit compares the
+// copy's version with the configuration's: read within verifiedConfigAge.
+func (h *handler) subscriberToAdmit(ctx context.Context, id string) (cachedSub, error) {
+	return h.subscriberAged(ctx, id, "", verifiedConfigAge)
+}
+
+func (h *handler) subscriberAged(ctx context.Context, id, version string, age time.Duration) (cachedSub, error) {
+	if s, ok := h.subs.get(id, age); ok && (version == "" || s.version == version) {
 		return s, nil
 	}
 	var cfg, ver *redis.StringCmd

@@ -81,7 +81,7 @@ func New(cfg Config) (*Worker, error) {
 	keys := tasks.Keys(cfg.Namespace)
 	h := &handler{
 		cfg: cfg, rdb: w.rdb, gates: limits.NewGates(w.ap), freshGates: limits.NewGates(w.fresh), keys: keys, client: newHTTPClient(cfg),
-		room: newWaitRoom(cfg.MaxWaiters, cfg.MaxWaiting), subs: newSubCache(time.Second), bodies: newBodies(bodiesMax), log: cfg.Logger, stats: &w.stats,
+		room: newWaitRoom(cfg.MaxWaiters, cfg.MaxWaiting), subs: newSubCache(), bodies: newBodies(bodiesMax), log: cfg.Logger, stats: &w.stats,
 		sending: make(chan struct{}, maxSending(cfg)),
 	}
 	// The producer hands out the dispatchers' deliveries and publishes
