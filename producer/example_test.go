@@ -75,8 +75,11 @@ func ExampleProducer_PublishBatch() {
 		}
 		fmt.Println(r.Result.EventID, r.Result.Targets[0].Outcome)
 	}
+	// No worker runs here: acme-crm's second event waits in its lot (to
+	// go in a batch with what follows), where a worker would take it at
+	// once.
 	// Output:
 	// evt_1 enqueued
 	// refused: true
-	// evt_3 enqueued
+	// evt_3 scheduled
 }

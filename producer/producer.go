@@ -123,7 +123,8 @@ type Config struct {
 	// asynq for a worker as tasks of their own before its new events join
 	// its lot, whence the workers' turns hand them out in batches
 	// (worker.Config.BatchMax a task): an idle subscriber's event goes at
-	// once, alone; a backlogged one's travel batched. Default 64; negative:
+	// once, alone; a backlogged one's travel batched. While no worker
+	// serves the subscriber's region, 1 (serving.go). Default 64; negative:
 	// no cap (every event that can go at once goes as its own task).
 	BatchAfter int
 	// WaitReplicas, when positive, makes a publish (Publish, SendTo, Replay)
@@ -280,6 +281,7 @@ type Producer struct {
 	// this Producer sees (Tenant); "" the default tenant's.
 	tenant string
 	layout *layout // shared by a Producer and its tenants' (Tenant)
+	served *served // likewise
 }
 
 // layout is the namespace's layout, read from Redis on first use.
@@ -316,7 +318,8 @@ func New(cfg *Config) (*Producer, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: c, rdb: c.Redis, keys: tasks.Keys(c.Namespace), nowFunc: time.Now, layout: &layout{}}
+	p := &Producer{cfg: c, rdb: c.Redis, keys: tasks.Keys(c.Namespace), nowFunc: time.Now, layout: &layout{},
+		served: &served{m: map[string]servedSeen{}}}
 	if p.rdb == nil {
 		// An app publishing while Redis is down wants to hear so at once,
 		// not after go-redis's default 5 dials times 3 retries.

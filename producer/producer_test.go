@@ -53,6 +53,57 @@ func (b *bundle) put(t *testing.T, s tasks.Subscriber) tasks.Subscriber {
 	return got
 }
 
+// serve marks namespace ns's default region served, as a running worker
+// does (worker/serving.go): a publish hands events to asynq as it does
+// when a worker will take them at once.
+func serve(t *testing.T, ns string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
+	defer rdb.Close()
+	if err := rdb.Set(context.Background(), tasks.Keys(ns).Serving(""), "test", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With no worker serving its region, a subscriber's event goes to asynq
+// at once only when none of its deliveries waits there: the backlog a
+// worker will find joins the lot, whence the first worker's turns hand it
+// out in batches, not a task a delivery. Once a worker serves the region,
+// the same burst goes at once (up to Config.BatchAfter). Red before: all
+// three went to asynq with no worker.
+func TestABacklogPublishedWithNoWorkerWaitsInTheLot(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	states := func(p *producer.Producer, sub string) string {
+		b.put(t, tasks.Subscriber{ID: sub, URL: "https://a.test", EventTypes: []string{sub}})
+		var out []string
+		for i := range 3 {
+			id := fmt.Sprintf("%s-e%d", sub, i)
+			if _, err := p.Publish(ctx, event(id, sub), nil); err != nil {
+				t.Fatal(err)
+			}
+			d, _ := p.GetDelivery(ctx, sub, id)
+			out = append(out, d.State)
+		}
+		return fmt.Sprint(out)
+	}
+	if got := states(b.p, "idle"); got != "[pending scheduled scheduled]" {
+		t.Fatalf("no worker: states %s; want the first handed out, the others parked", got)
+	}
+	if q := testkit.Totals(t, b.insp, b.ns); q.Pending != 1 {
+		t.Fatalf("no worker: %d tasks in asynq; want 1", q.Pending)
+	}
+	serve(t, b.ns)
+	// a Producer of its own: b.p read the region unserved a moment ago
+	p, err := producer.New(&producer.Config{AllowedCIDRs: testkit.Loopback, RedisConfig: deploy.RedisConfig{URL: redisSrv.URL}, Namespace: b.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if got := states(p, "served"); got != "[pending pending pending]" {
+		t.Fatalf("a worker serving: states %s; want all three handed out", got)
+	}
+}
+
 func event(id, typ string) tasks.Event {
 	return tasks.Event{ID: id, Type: typ, Data: json.RawMessage(`{"video_id":"vv_9f31c2"}`)}
 }
@@ -383,6 +434,7 @@ func TestNotBeforeLivesFromItsDueTime(t *testing.T) {
 // four (the burst, and a second at 2/s) and parks the rest.
 func TestBurstBeyondThePaceIsParked(t *testing.T) {
 	b, ctx := setup(t), context.Background()
+	serve(t, b.ns)
 	b.put(t, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 2, Burst: 2, Period: time.Second}})
 	var states []string
 	for i := range 8 {
@@ -463,6 +515,7 @@ func TestFastPathIsSizedForTheWorkersWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
+	serve(t, ns)
 	if _, err := p.PutSubscriber(ctx, tasks.Subscriber{ID: "s", URL: "https://a.test", Limit: limits.Limit{Rate: 2, Burst: 2, Period: time.Second}}); err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,8 @@ const (
 	// Enqueued: handed to the workers (asynq) now.
 	Enqueued Outcome = "enqueued"
 	// Scheduled: parked until Target.ProcessAt (PublishOpts.NotBefore), or
-	// behind the subscriber's rate and in-flight limits (no ProcessAt: as
-	// soon as they allow).
+	// behind the subscriber's rate and in-flight limits or its backlog (no
+	// ProcessAt: as soon as they allow; Config.BatchAfter).
 	Scheduled Outcome = "scheduled"
 	Duplicate Outcome = "duplicate" // booked before for the subscriber as it is now: nothing new will be sent
 	Failed    Outcome = "failed"    // see Target.Err; publishing again is safe
@@ -289,7 +289,7 @@ func (p *Producer) fanOut(ctx context.Context, ev tasks.Event, opts *PublishOpts
 	for i, s := range subs {
 		bs[i] = limits.Booking{Keys: p.keys.Gates(s.ID), EventID: ev.ID, EventType: ev.Type, NotBefore: notBefore,
 			Horizon: p.horizon(s), Dedup: p.cfg.DedupWindow, MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts),
-			Held: held, Resend: resend, Token: token, Pace: p.pace(s, m.flood)}
+			Held: held, Resend: resend, Token: token, Pace: p.bookingPace(ctx, s, m.flood)}
 	}
 	booked, err := p.gates.Book(ctx, nil, bs...)
 	if err != nil {

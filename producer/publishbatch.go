@@ -125,7 +125,7 @@ func (p *Producer) PublishEach(ctx context.Context, evs []BatchEvent) ([]BatchRe
 		for _, s := range it.subs {
 			bs = append(bs, limits.Booking{Keys: p.keys.Gates(s.ID), EventID: it.Event.ID, EventType: it.Event.Type,
 				NotBefore: it.notBefore, Horizon: p.horizon(s), Dedup: p.cfg.DedupWindow,
-				MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts), Held: held, Token: token, Pace: p.pace(s, it.flood)})
+				MaxAttempts: cmp.Or(s.MaxAttempts, p.cfg.MaxAttempts), Held: held, Token: token, Pace: p.bookingPace(ctx, s, it.flood)})
 		}
 	}
 	if len(bs) == 0 {

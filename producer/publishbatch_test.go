@@ -44,6 +44,7 @@ func TestPublishBatchAnswersEachEventAsPublishDoes(t *testing.T) {
 	}
 	t.Cleanup(func() { single.p.Close() })
 	for _, b := range []*bundle{single, batch} {
+		serve(t, b.ns)
 		b.put(t, tasks.Subscriber{ID: "all", URL: "https://a.test", EventTypes: []string{"video.*", "billing.*"}})
 		b.put(t, tasks.Subscriber{ID: "videos", URL: "https://b.test", EventTypes: []string{"video.*"}})
 		b.put(t, tasks.Subscriber{ID: "paused", URL: "https://d.test", EventTypes: []string{"video.*"}, Paused: true})

@@ -518,6 +518,18 @@ func (ns Keys) Claimed(region string) string { return ns.Ready(region) + ":claim
 // The lease lives until it lapses; the cursor as long as the namespace.
 func (ns Keys) Rescuer(region string) string { return ns.Ready(region) + ":rescuer" }
 
+// Serving says that a worker serves the region (its dispatcher runs):
+// each worker serving it writes its id here every few seconds, to lapse a
+// few seconds after the last one stopped (worker/serving.go). A slot of
+// its own (read and written alone). Owner: worker; read by producers
+// (producer/serving.go).
+func (ns Keys) Serving(region string) string {
+	if region == "" {
+		region = DefaultRegion
+	}
+	return string(ns) + ":serving:" + region
+}
+
 // RescuerCursor is the region rescuer's place in its sweep; see Rescuer.
 func (ns Keys) RescuerCursor(region string) string { return ns.Ready(region) + ":rescuer:cursor" }
 

@@ -54,7 +54,7 @@ var slotGroups = map[string]string{
 	"Ledger": "sub", "DeadIndex": "sub", "DeadBatch": "sub", "DeadBatchSample": "sub", "LegacyLeftovers": "sub",
 	"Event": "event", "LegacyEvent": "event",
 	"TenantEvent": "own", // Event of "<tenant>/<id>": that event's slot, not id's
-	"Ready":       "ready", "Claimed": "ready", "Rescuer": "ready", "RescuerCursor": "ready",
+	"Ready":       "ready", "Claimed": "ready", "Rescuer": "ready", "RescuerCursor": "ready", "Serving": "own",
 	"Totals": "totals", "TotalsFlushes": "totals", "Counters": "totals",
 	"AsynqTask":    "queue",
 	"AllDeadIndex": "own", "LegacyCounters": "own", "Cooling": "own", "DeadReportsDue": "own", "Layout": "own", "IngestLimiterKey": "own", "TenantIngestLimiterKey": "own",

@@ -104,8 +104,8 @@ func TestPublishesPastThePlacesAreRefusedAtOnce(t *testing.T) {
 		if r := b.call(t, "GET", "/v1/events/"+id, nil); r.status != 404 {
 			t.Errorf("GET refused event %s: %d %s; want 404", id, r.status, r.body)
 		}
-		if r := publish(id); r.status != 202 || !strings.Contains(string(r.body), `"enqueued"`) {
-			t.Errorf("%s published again: %d %s; want 202 enqueued", id, r.status, r.body)
+		if r := publish(id); r.status != 202 || strings.Contains(string(r.body), `"duplicate"`) {
+			t.Errorf("%s published again: %d %s; want 202, booked (not a duplicate)", id, r.status, r.body)
 		}
 	}
 	if v := metric("hooklane_web_publishes_shed_total"); v != "2" {

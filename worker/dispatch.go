@@ -50,17 +50,23 @@ func (ds *dispatchers) start(region string) {
 	d := &dispatcher{region: region, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	d.ctx, d.cancel = context.WithCancel(ds.ctx)
 	ds.loops[region] = d
+	// Before the region's Servers start: a publish from now on sees a
+	// worker take what it hands to asynq (serving.go).
+	ds.markServed(d)
 	ds.wg.Add(1)
-	rescuer := make(chan struct{})
+	aside := make(chan struct{}) // the rescuer and the Serving mark
 	go func() {
 		defer ds.wg.Done()
 		defer close(d.done)
-		defer func() { <-rescuer }()
+		defer func() { <-aside }()
 		ds.run(d)
 	}()
 	go func() {
-		defer close(rescuer)
-		ds.rescue(d)
+		defer close(aside)
+		var wg sync.WaitGroup
+		wg.Go(func() { ds.rescue(d) })
+		wg.Go(func() { ds.markServing(d) })
+		wg.Wait()
 	}()
 }
 

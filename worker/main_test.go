@@ -144,6 +144,16 @@ func startWorker(t testing.TB, rdb redis.UniversalClient, ns string, cfg worker.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
+	// Until it serves its first region a publish sees no worker and parks
+	// a subscriber's events after the first (producer/serving.go): the
+	// tests publish to a worker that serves.
+	first := tasks.DefaultRegion
+	if len(cfg.Regions) > 0 {
+		first = cfg.Regions[0]
+	}
+	testkit.Eventually(t, 10*time.Second, "the worker serving region "+first, func() bool {
+		return rdb.Exists(context.Background(), tasks.Keys(ns).Serving(first)).Val() == 1
+	})
 	return w, func() {
 		cancel()
 		if err := <-done; err != nil {
