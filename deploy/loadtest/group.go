@@ -3,8 +3,11 @@ package loadtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/hooklane/hooklane/tasks"
 )
 
 // group is the processes that deliver in one scenario or round: the
@@ -39,6 +42,14 @@ func (e *env) startWorkers(ctx context.Context, ns string) (group, error) {
 			return nil, errors.Join(err, serr)
 		}
 		g = append(g, p)
+	}
+	// A publish parks what it would hand to asynq at once until a worker
+	// serves the region (producer/serving.go): a scenario's phases start
+	// with its workers serving.
+	served := tasks.Keys(ns).Serving("")
+	if !e.cfg.ExternalWorkers && !waitFor(ctx, e.cfg.Timeout, func() bool { return e.rdb.Exists(ctx, served).Val() == 1 }) {
+		_, serr := g.Stop()
+		return nil, errors.Join(fmt.Errorf("no worker served the namespace's region within %s", e.cfg.Timeout), serr)
 	}
 	return g, nil
 }
