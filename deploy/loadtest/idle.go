@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -80,6 +81,9 @@ func MeasureIdle(ctx context.Context, cfg Config, spec IdleSpec) (*IdleReport, e
 	cfg, spec = cfg.WithDefaults(), spec.withDefaults()
 	if cfg.Cluster || cfg.Redis.IsCluster() || cfg.ExternalWorkers {
 		return nil, errors.New("loadtest: the idle measurement runs one worker of its own on one redis-server")
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil { // its worker process logs there
+		return nil, err
 	}
 	if !cfg.Redis.IsSet() {
 		r, err := deploy.StartRedis(ctx, deploy.RedisOpts{})
