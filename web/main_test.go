@@ -18,6 +18,7 @@ import (
 	"github.com/hooklane/hooklane/deploy"
 	"github.com/hooklane/hooklane/deploy/testkit"
 	"github.com/hooklane/hooklane/producer"
+	"github.com/hooklane/hooklane/tasks"
 	"github.com/hooklane/hooklane/web"
 	"github.com/hooklane/hooklane/worker"
 )
@@ -80,6 +81,11 @@ func setupWith(t *testing.T, wcfg *worker.Config, edit func(*web.Config)) *bundl
 		go func() { done <- w.Run(ctx) }()
 		// Registered after the server's cleanup, so it runs first.
 		t.Cleanup(func() { cancel(); <-done })
+		// Until it serves the region a publish sees no worker and parks a
+		// subscriber's events after the first (producer/serving.go).
+		testkit.Eventually(t, 10*time.Second, "the worker serving", func() bool {
+			return b.rdb.Exists(context.Background(), tasks.Keys(ns).Serving("")).Val() == 1
+		})
 	}
 	return b
 }
