@@ -75,6 +75,35 @@ g.cool = tonumber(redis.call('GET', KEYS[2]) or '0')
 -- request's record, set before each)
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], gcra = KEYS[4], lot = KEYS[5], out = KEYS[6], exp = KEYS[7],
   fresh = KEYS[8], stats = KEYS[10], retry = KEYS[11], runs = KEYS[12]}
+-- what a request's answers and refusals do: functions of the script, not
+-- closures made for each request (each one garbage more a delivery)
+local function gone(ev, reply)
+  redis.call('ZREM', k.out, ev)
+  redis.call('ZREM', k.runs, ev)
+  return reply
+end
+local function parked_at(ev)
+  return tonumber(redis.call('ZSCORE', k.lot, ev) or '-1')
+end
+local function admitted(d, f, now, flags, spent, requests)
+  return {0, flags, spent, d[5] or '1', d[4] or '0', d[7] or '0', d[8] or '0', d[9] or '', requests, f.cv or '', now, d[13] or '', f.gen}
+end
+local function refuse(ev, token, x, f, now, state, at, notify)
+  park(k, ev, state, at, x > 0 and x or nil)
+  redis.call('HSET', k.rec, 'pk', token)
+  redis.call('HINCRBY', k.stats, 'deferred:' .. state, 1)
+  -- the turn it needs, written by the worker unless one asked no later
+  -- is to come (lua.go's asked: "a" before the time, as a commit says)
+  if notify >= 0 then
+    if asked(f.ta, notify, now) then
+      notify = string.format('a%d', notify)
+    else
+      redis.call('HSET', k.gate, 'ta', string.format('%d', notify))
+      f.ta = notify
+    end
+  end
+  return {6, state, notify}
+end
 -- one request of k.rec: ARGV as the comment above lays them out
 local function admit(ARGV)
   g.f = g.f or gate_fields(k.gate)
@@ -82,32 +111,21 @@ local function admit(ARGV)
   local ev, token = ARGV[1], ARGV[2]
   local d = redis.call('HMGET', k.rec, 'g', 's', 'tk', 'x', 'm', 'c', 'u', 'p', 't', 'n', 'pk', 'nx', 'ce', 'lr')
   if not f.gen then return {1, 'the subscriber was deleted'} end
-  local function gone(reply)
-    redis.call('ZREM', k.out, ev)
-    redis.call('ZREM', k.runs, ev)
-    return reply
-  end
-  if not d[1] then return gone({1, 'no delivery record (past its retention)'}) end
+  if not d[1] then return gone(ev, {1, 'no delivery record (past its retention)'}) end
   -- (the record says which generation's the delivery is: one of the new
   -- generation would have replaced it, so out and runs hold the old one)
-  if d[1] ~= f.gen then return gone({1, 'the subscriber was deleted and created again since'}) end
-  if d[2] == 'delivered' then return gone({1, 'delivered already'}) end
-  if d[2] == 'dead' then return gone({2}) end
-  local function parked_at()
-    return tonumber(redis.call('ZSCORE', k.lot, ev) or '-1')
-  end
-  local function admitted(flags, spent, requests)
-    return {0, flags, spent, d[5] or '1', d[4] or '0', d[7] or '0', d[8] or '0', d[9] or '', requests, f.cv or '', now, d[13] or '', f.gen}
-  end
+  if d[1] ~= f.gen then return gone(ev, {1, 'the subscriber was deleted and created again since'}) end
+  if d[2] == 'delivered' then return gone(ev, {1, 'delivered already'}) end
+  if d[2] == 'dead' then return gone(ev, {2}) end
   local flags = ''
-  if d[11] == token then return {6, d[2], parked_at()} end -- parked by this run: a retried call
+  if d[11] == token then return {6, d[2], parked_at(ev)} end -- parked by this run: a retried call
   -- after waiting for the rate slot it booked: its first call took it out
   -- of the lot and out, and nothing put it back that left it pending
   -- under this run's token (an out entry a turn wrote since is checked,
   -- as every out entry is, by a turn)
   local mine = ARGV[5] == '1' and d[3] == token and d[2] == 'pending'
   if d[3] == token and d[2] == 'in_flight' then -- admitted this run: a retried call
-    return admitted('', tonumber(d[6] or '1') - 1, tonumber(d[10] or '1'))
+    return admitted(d, f, now, '', tonumber(d[6] or '1') - 1, tonumber(d[10] or '1'))
   end
   if d[3] and d[3] ~= token then
     local slot = tonumber(redis.call('ZSCORE', k.inflight, d[3]) or '0')
@@ -125,10 +143,10 @@ local function admit(ARGV)
   local x = tonumber(d[4]) or 0
   if x > 0 and x <= now then
     redis.call('HSET', k.rec, 'tk', token)
-    redis.call('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
+    redis.call('ZADD', k.runs, now + num(ARGV[3]), ev)
     return {3, x, now}
   end
-  local parked = mine and -1 or parked_at()
+  local parked = mine and -1 or parked_at(ev)
   if parked > now then return {6, d[2], parked} end -- a stale task: its lot entry moves it
   -- taken from the lot by its run, not a turn (see the turn's hand)
   local woke = parked >= 0 and woken(f, parked, now)
@@ -136,52 +154,36 @@ local function admit(ARGV)
     redis.call('HSET', k.rec, 'ce', woke)
     d[13] = woke
   end
-  local function refuse(state, at, notify)
-    park(k, ev, state, at, x > 0 and x or nil)
-    redis.call('HSET', k.rec, 'pk', token)
-    redis.call('HINCRBY', k.stats, 'deferred:' .. state, 1)
-    -- the turn it needs, written by the worker unless one asked no later
-    -- is to come (lua.go's asked: "a" before the time, as a commit says)
-    if notify >= 0 then
-      if asked(f.ta, notify, now) then
-        notify = string.format('a%d', notify)
-      else
-        redis.call('HSET', k.gate, 'ta', string.format('%d', notify))
-        f.ta = notify
-      end
-    end
-    return {6, state, notify}
-  end
-  if f.paused then return refuse('held', now, -1) end
+  if f.paused then return refuse(ev, token, x, f, now, 'held', now, -1) end
   local probe = false
   if f.b_open then
-    if f.b_pe ~= ev then return refuse('held', now, math.max(tonumber(f.b_next) or now, tonumber(f.b_probe) or now)) end
+    if f.b_pe ~= ev then return refuse(ev, token, x, f, now, 'held', now, math.max(tonumber(f.b_next) or now, tonumber(f.b_probe) or now)) end
     probe = true
   end
   if cool > now then
     if probe then redis.call('HDEL', k.gate, 'b_probe', 'b_pe'); g.f = nil end
-    return refuse('cooling', cool, cool)
+    return refuse(ev, token, x, f, now, 'cooling', cool, cool)
   end
   local new_tat, ttl_s
   if not mine then
-    local rate, burst = effective(k.gate, f, now, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[13]))
-    local T = tonumber(ARGV[8]) / 1000 / rate
+    local rate, burst = effective(k.gate, f, now, num(ARGV[6]), num(ARGV[7]), num(ARGV[8]), num(ARGV[13]))
+    local T = num(ARGV[8]) / 1000 / rate
     local nows = gcra_now(t)
     local tat = math.max(g.tat or tonumber(redis.call('GET', k.gcra) or '0'), nows)
     new_tat = tat + T
     local wait = new_tat - T * burst - nows
     ttl_s = math.max(1, math.ceil(new_tat - nows))
-    if wait > 0 and (probe or wait * 1000 > tonumber(ARGV[4])) then
+    if wait > 0 and (probe or wait * 1000 > num(ARGV[4])) then
       local at = now + math.ceil(wait * 1000)
       if probe then redis.call('HDEL', k.gate, 'b_probe', 'b_pe'); g.f = nil end
-      return refuse('scheduled', at, at)
+      return refuse(ev, token, x, f, now, 'scheduled', at, at)
     end
     if wait > 0 then
       g.tat, g.ttl = new_tat, ttl_s
       later('ZREM', k.out, ev)
       if parked >= 0 then unpark(k, ev) end
       redis.call('HSET', k.rec, 'tk', token, 's', 'pending')
-      later('ZADD', k.runs, now + math.ceil(wait * 1000) + tonumber(ARGV[3]), ev)
+      later('ZADD', k.runs, now + math.ceil(wait * 1000) + num(ARGV[3]), ev)
       return {5, math.ceil(wait * 1000)}
     end
   end
@@ -190,35 +192,35 @@ local function admit(ARGV)
   -- and kept as its requests take theirs; g.taken: those not yet
   -- written.)
   g.nin = g.nin or redis.call('ZCOUNT', k.inflight, now, '+inf')
-  if g.nin >= tonumber(ARGV[9]) and not g.trimmed then
+  if g.nin >= num(ARGV[9]) and not g.trimmed then
     redis.call('ZREMRANGEBYSCORE', k.inflight, '-inf', now)
     g.nin, g.trimmed = redis.call('ZCARD', k.inflight) + g.taken, true
   end
-  if g.nin >= tonumber(ARGV[9]) then return {4} end
+  if g.nin >= num(ARGV[9]) then return {4} end
   if not mine then g.tat, g.ttl = new_tat, ttl_s end
-  later('ZADD', k.inflight, now + tonumber(ARGV[3]), token)
+  later('ZADD', k.inflight, fmt(now + num(ARGV[3])), token)
   g.nin, g.taken = g.nin + 1, g.taken + 1
-  g.slots = tonumber(ARGV[3]) + 1000
+  g.slots = num(ARGV[3]) + 1000
   -- (after its rate slot, its runs entry is the first call's, which lasts
   -- as long as this slot, give or take its sleep's overshoot: a turn that
   -- finds it lapsed with the slot live moves it to the slot's end)
   if not mine then
     later('ZREM', k.out, ev)
-    later('ZADD', k.runs, now + tonumber(ARGV[3]), ev)
+    later('ZADD', k.runs, fmt(now + num(ARGV[3])), ev)
   end
   if parked >= 0 then unpark(k, ev) end
   -- lr: a request of it was lost with a worker and is not yet on record
   if d[14] then flags = flags .. 'l' end
   local spent, requests = tonumber(d[6] or '0'), tonumber(d[10] or '0') + 1
-  redis.call('HSET', k.rec, 's', 'in_flight', 'tk', token, 'n', requests, 'c', spent + 1)
+  redis.call('HSET', k.rec, 's', 'in_flight', 'tk', token, 'n', fmt(requests), 'c', fmt(spent + 1))
   if d[12] then redis.call('HDEL', k.rec, 'nx') end
   if probe then
-    redis.call('HSET', k.gate, 'b_probe', now + tonumber(ARGV[3])); g.f = nil
+    redis.call('HSET', k.gate, 'b_probe', now + num(ARGV[3])); g.f = nil
     flags = flags .. 'p'
   elseif f.b_fails then
     flags = flags .. 'f'
   end
-  return admitted(flags, spent, requests)
+  return admitted(d, f, now, flags, spent, requests)
 end
 local n, out, admitArgs = tonumber(ARGV[1]), {}, 14
 for i = 1, n do

@@ -174,11 +174,11 @@ end
 local k = {gate = KEYS[1], cool = KEYS[2], inflight = KEYS[3], lot = KEYS[4], out = KEYS[5], exp = KEYS[6], fresh = KEYS[7],
   stats = KEYS[9], dindex = KEYS[11], dbatch = KEYS[12], dsample = KEYS[13], retry = KEYS[15], runs = KEYS[16]}
 -- an outcome's state, kept here so that the helpers below are made once
--- a script, not once an outcome: its flags, the record's fields to set
+-- a script, not once an outcome: its flags (O.f: each letter of ARGV[10]
+-- true, read as table fields, not searched for), the record's fields to set
 -- (written in one HSET: before the attempts are read for a dead letter,
 -- else at the end; O.w[1..O.wn]) and when it needs a turn (O.notify)
-local O = {flags = '', w = {}, wn = 0, notify = -1}
-local function has(c) return string.find(O.flags, c, 1, true) ~= nil end
+local O = {f = {}, w = {}, wn = 0, notify = -1}
 local function set(f, v)
   O.w[O.wn + 1], O.w[O.wn + 2] = f, v
   O.wn = O.wn + 2
@@ -192,7 +192,7 @@ end
 local function soon(at) if at >= 0 and (O.notify < 0 or at < O.notify) then O.notify = at end end
 -- an ended record lives the dedup window (ms) at least
 local function keep_ended(dedup)
-  if redis.call('PTTL', k.rec) < tonumber(dedup) then redis.call('PEXPIRE', k.rec, dedup) end
+  if redis.call('PTTL', k.rec) < num(dedup) then redis.call('PEXPIRE', k.rec, dedup) end
 end
 -- one outcome of k.rec: ARGV as the comment above lays them out
 local function commit(ARGV, counters)
@@ -219,7 +219,10 @@ local function commit(ARGV, counters)
     return {'superseded', -1, 0, 0, 0}
   end
   later('ZREM', k.runs, ev)
-  O.flags, O.wn, O.notify = ARGV[10], 0, -1
+  O.wn, O.notify = 0, -1
+  local fl, F = ARGV[10], O.f
+  F.e, F.a, F.p, F.s, F.t, F.g, F.c = false, false, false, false, false, false, false
+  for i = 1, #fl do F[string.sub(fl, i, i)] = true end
   if ARGV[4] ~= '' then set(ARGV[4], ARGV[5]) end
   -- the attempt that went early because an operator ended a cooldown says
   -- so (the worker wrote the note from Admission.CooldownEndedAt); the next
@@ -238,14 +241,14 @@ local function commit(ARGV, counters)
   local g = G.gate or commit_gate(k.gate)
   G.gate = g
   local same = g[1] and g[1] == d[5]
-  if same and (has('e') and tonumber(ARGV[11]) > 0 or has('a') and (has('p') or has('s') or g[6]) or has('p')) then
+  if same and (F.e and num(ARGV[11]) > 0 or F.a and (F.p or F.s or g[6]) or F.p) then
     G.gate = nil -- the breaker's branch below writes the record
   end
-  if same and has('e') and tonumber(ARGV[11]) > 0 then
+  if same and F.e and num(ARGV[11]) > 0 then
     redis.call('HSET', k.gate, 'b_err', ARGV[15], 'b_err_at', now)
     since = tonumber(g[4]) or now
     local disable = tonumber(ARGV[14])
-    if g[2] and has('p') then
+    if g[2] and F.p then
       -- a failed probe: the next one a longer gap later, the role given back
       -- (also when this failure disables the subscriber: a resume probes at
       -- the next gap, not once this probe's lease has lapsed)
@@ -260,14 +263,14 @@ local function commit(ARGV, counters)
     elseif not g[2] then
       local fails = redis.call('HINCRBY', k.gate, 'b_fails', 1)
       if not g[4] then redis.call('HSET', k.gate, 'b_since', now) end
-      if fails >= tonumber(ARGV[11]) then
+      if fails >= num(ARGV[11]) then
         redis.call('HSET', k.gate, 'b_open', now, 'b_gap', ARGV[12], 'b_next', now + tonumber(ARGV[12]))
         redis.call('HDEL', k.gate, 'b_ramp', 'b_probe', 'b_pe')
         change = 1
         soon(now + tonumber(ARGV[12]))
       end
     end
-  elseif same and has('a') and (has('p') or has('s') or g[6]) then
+  elseif same and F.a and (F.p or F.s or g[6]) then
     redis.call('HDEL', k.gate, 'b_fails', 'b_since')
     if g[2] then
       redis.call('HDEL', k.gate, 'b_open', 'b_next', 'b_gap', 'b_probe', 'b_pe')
@@ -275,7 +278,7 @@ local function commit(ARGV, counters)
       change, since = 2, tonumber(g[4]) or now
       soon(now)
     end
-  elseif same and has('p') then
+  elseif same and F.p then
     redis.call('HDEL', k.gate, 'b_probe', 'b_pe') -- never sent: another may probe
     soon(now)
   end
@@ -283,21 +286,21 @@ local function commit(ARGV, counters)
   -- the full rate (no a_f) inside the current window (a_w, g[13]) only
   -- counts in that window: adapt does nothing else for it, so it is not
   -- called (its tables and closures, per outcome, cost more than the count)
-  local win = tonumber(ARGV[30])
-  if same and kind == 'delivered' and not has('t') and not g[8] and g[13] and now - tonumber(g[13]) < win then
+  local win = num(ARGV[30])
+  if same and kind == 'delivered' and not F.t and not g[8] and g[13] and now - tonumber(g[13]) < win then
     G.an = G.an + 1
     g[14] = (tonumber(g[14]) or 0) + 1
-  elseif same and (kind == 'delivered' or has('t')) then
+  elseif same and (kind == 'delivered' or F.t) then
     local cool = 0
-    if has('t') then cool = tonumber(redis.call('GET', k.cool) or '0') end
+    if F.t then cool = tonumber(redis.call('GET', k.cool) or '0') end
     local p = {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]), incr = tonumber(ARGV[18]), why = ARGV[19],
       win = win, per_ms = tonumber(ARGV[31]), span = tonumber(ARGV[32])}
     p.bump = function() G.an = G.an + 1; g[14] = (tonumber(g[14]) or 0) + 1 end
     p.reset = function() G.an = 0 end
-    adapt(k.gate, {unpack(g, 8, 7 + #adaptFields)}, now, kind == 'delivered', has('t'), cool, p)
+    adapt(k.gate, {unpack(g, 8, 7 + #adaptFields)}, now, kind == 'delivered', F.t, cool, p)
     if p.wrote then G.gate = nil end
   end
-  local lat = tonumber(ARGV[20])
+  local lat = num(ARGV[20])
   if same and lat > 0 then
     local lt = tonumber(g[7])
     if lt then lat = math.floor(0.8 * lt + 0.2 * lat + 0.5) end
@@ -350,7 +353,7 @@ local function commit(ARGV, counters)
     -- not write is written now, as Gates.Cooldown would have (the later
     -- deadline kept, until its end + 1 min), for the others to wait too
     local cool, deadline = tonumber(redis.call('GET', k.cool) or '0'), tonumber(ARGV[28])
-    if has('c') and deadline > cool and deadline > now then
+    if F.c and deadline > cool and deadline > now then
       redis.call('SET', k.cool, string.format('%d', deadline), 'PX', deadline - now + 60000)
     end
     local at = math.max(cool, deadline, now)
@@ -400,7 +403,7 @@ local function commit(ARGV, counters)
       redis.call('HSETNX', k.dbatch, 'first', now)
       if redis.call('LLEN', k.dsample) < 20 then redis.call('RPUSH', k.dsample, ARGV[26]) end
     end
-    if same and has('g') and not g[5] then
+    if same and F.g and not g[5] then
       redis.call('HSET', k.gate, 'paused', 'gone', 'paused_at', now)
       G.gate = nil
     end
@@ -422,8 +425,8 @@ local function commit(ARGV, counters)
   if O.notify >= 0 then
     if asked(g[18], O.notify, now) then O.notify = string.format('a%d', O.notify) else G.ta, g[18] = O.notify, O.notify end
   end
-  for f, n in string.gmatch(ARGV[22], '(%S+) (%S+)') do counters[f] = (counters[f] or 0) + tonumber(n) end
-  local reply = O.notify .. '|' .. change .. '|' .. since .. '|' .. stale
+  for f, n in string.gmatch(ARGV[22], '(%S+) (%S+)') do counters[f] = (counters[f] or 0) + num(n) end
+  local reply = (type(O.notify) == 'number' and fmt(O.notify) or O.notify) .. '|' .. fmt(change) .. '|' .. fmt(since) .. '|' .. fmt(stale)
   set('ok', token)
   set('okr', reply)
   write()

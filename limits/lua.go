@@ -66,6 +66,12 @@ import (
 //     later), and one that goes after the cut cooldown's end goes no
 //     earlier than the endpoint asked. Its record keeps the time (ce)
 //     until its next attempt is committed, which carries the note.
+//   - num(s) is tonumber(s) for a script's arguments, each distinct
+//     string converted once a script; fmt(n) is an integer (ms, a count)
+//     as the string Redis stores, each formatted once a script. A group
+//     repeats both for every delivery, and each costs a C library call
+//     otherwise (strtod; a number given to redis.call is formatted with
+//     %.17g, one concatenated with %.14g).
 //   - later(cmd, key, a[, b]) and flush(): a write the script puts off to
 //     its end (flush), each command and key's in one call however many
 //     requests of a group ask for it (ZADD score member, ZREM and SREM
@@ -99,6 +105,23 @@ local function later(cmd, key, a, b)
   local n = #l
   l[n + 1] = a
   if b ~= nil then l[n + 2] = b end
+end
+local nums, fmts = {}, {}
+local function num(s)
+  local v = nums[s]
+  if v == nil then
+    v = tonumber(s) or false
+    nums[s] = v
+  end
+  return v or nil
+end
+local function fmt(n)
+  local s = fmts[n]
+  if not s then
+    s = string.format('%d', n)
+    fmts[n] = s
+  end
+  return s
 end
 local function gcra_now(t) return (t[1] - 1483228800) + (t[2] / 1000000) end
 local function effective(gate, f, now, rate, burst, period, ramp)

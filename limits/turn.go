@@ -77,8 +77,8 @@ local function hand(ev, l, probe, due)
   later('ZREM', k.lot, ev)
   later('SREM', k.retry, ev)
   later('ZREM', k.exp, ev)
-  later('ZADD', k.out, now + lease, ev)
-  if l == 'fresh' then later('ZADD', k.fresh, now + freshttl, ev) end
+  later('ZADD', k.out, fmt(now + lease), ev)
+  if l == 'fresh' then later('ZADD', k.fresh, fmt(now + freshttl), ev) end
   redis.call('HSET', ARGV[1] .. ev, 's', 'pending', 'q', l)
   if woke then redis.call('HSET', ARGV[1] .. ev, 'ce', woke) end
   if probe then redis.call('HSET', k.gate, 'b_probe', now + tonumber(ARGV[5]), 'b_pe', ev) end
