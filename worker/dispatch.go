@@ -53,20 +53,15 @@ func (ds *dispatchers) start(region string) {
 	// Before the region's Servers start: a publish from now on sees a
 	// worker take what it hands to asynq (serving.go).
 	ds.markServed(d)
+	var aside sync.WaitGroup
+	aside.Go(func() { ds.rescue(d) })
+	aside.Go(func() { every(d.ctx, servingEvery, func() { ds.markServed(d) }) })
 	ds.wg.Add(1)
-	aside := make(chan struct{}) // the rescuer and the Serving mark
 	go func() {
 		defer ds.wg.Done()
 		defer close(d.done)
-		defer func() { <-aside }()
+		defer aside.Wait()
 		ds.run(d)
-	}()
-	go func() {
-		defer close(aside)
-		var wg sync.WaitGroup
-		wg.Go(func() { ds.rescue(d) })
-		wg.Go(func() { ds.markServing(d) })
-		wg.Wait()
 	}()
 }
 

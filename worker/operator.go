@@ -259,18 +259,7 @@ func newReports(h *handler) *reports {
 }
 
 func (r *reports) start() {
-	r.wg.Go(func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-r.ctx.Done():
-				return
-			case <-t.C:
-				r.h.flushDead(r.ctx)
-			}
-		}
-	})
+	r.wg.Go(func() { every(r.ctx, time.Second, func() { r.h.flushDead(r.ctx) }) })
 }
 
 // stop ends the reports (one under way is finished, or left to its

@@ -62,18 +62,11 @@ func (h *handler) rescued(sub, reason string, n int64) {
 // one dropped). Its cost is one script per subscriber per sweep, whatever
 // the number of deliveries parked: deploy/BENCHMARKS.md states it.
 func (ds *dispatchers) rescue(d *dispatcher) {
-	t := time.NewTicker(ds.h.cfg.RescueInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(d.ctx, ds.h.cfg.RescueInterval, func() {
 		if _, err := ds.rescuePass(d.ctx, d.region); err != nil && d.ctx.Err() == nil {
 			ds.h.log.Warn("rescuer: pass failed; it tries again", "region", d.region, "err", err)
 		}
-	}
+	})
 }
 
 // rescuePass runs one pass of region's rescuer, if this worker holds its

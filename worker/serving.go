@@ -17,22 +17,8 @@ const (
 	servingTTL   = 5 * time.Second
 )
 
-// markServing keeps region d's Serving key until d's loop ends; start
-// wrote it first.
-func (ds *dispatchers) markServing(d *dispatcher) {
-	t := time.NewTicker(servingEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.ctx.Done():
-			return
-		case <-t.C:
-		}
-		ds.markServed(d)
-	}
-}
-
-// markServed writes region d's Serving key once.
+// markServed writes region d's Serving key once: when its loop starts,
+// then every servingEvery until it ends (dispatchers.start).
 func (ds *dispatchers) markServed(d *dispatcher) {
 	h := ds.h
 	ctx, cancel := context.WithTimeout(d.ctx, servingEvery)
