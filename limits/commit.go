@@ -118,7 +118,9 @@ type Committed struct {
 // record, 9 stats, 10 ledger entry, 11 dead index, 12 dead batch, 13 its
 // sample, 14 the release before's attempt list, 15 retry, 16 runs (8, 10
 // and 14 are each outcome's: a group's follow the 16, four an outcome,
-// with its ledger entry's replay claim fourth). ARGV: 1 event id, 2 token,
+// with its ledger entry's replay claim fourth). ARGV: 1 how many
+// outcomes, 2 the counters of them all (as 22 below), then 32 an outcome:
+// 1 event id, 2 token,
 // 3 kind, 4 attempt field, 5 attempt, 6 lost field, 7 lost, 8 backoff ms,
 // 9 delivered ms, 10 flags (e endpoint failure, a answered, p probe, s
 // streak, t throttled, g pause gone, c cooldown lost), 11 breaker failures (-1 off), 12
@@ -194,9 +196,12 @@ local function soon(at) if at >= 0 and (O.notify < 0 or at < O.notify) then O.no
 local function keep_ended(dedup)
   if redis.call('PTTL', k.rec) < num(dedup) then redis.call('PEXPIRE', k.rec, dedup) end
 end
--- one outcome of k.rec: ARGV as the comment above lays them out
-local function commit(ARGV, counters)
-  local ev, token, kind = ARGV[1], ARGV[2], ARGV[3]
+-- one outcome of k.rec: its arguments are A[o + 1] … A[o + 32], laid out
+-- as the comment above lays out an outcome's (read where they are: a
+-- table of them made for each outcome cost a commit 6 %)
+local A = ARGV
+local function commit(o)
+  local ev, token, kind = A[o + 1], A[o + 2], A[o + 3]
   later('ZREM', k.inflight, token)
   local d = redis.call('HMGET', k.rec, 'tk', 'ok', 'okr', 'x', 'g', 'q', 'le', 'ce')
   if d[2] == token and d[3] then
@@ -220,17 +225,17 @@ local function commit(ARGV, counters)
   end
   later('ZREM', k.runs, ev)
   O.wn, O.notify = 0, -1
-  local fl, F = ARGV[10], O.f
+  local fl, F = A[o + 10], O.f
   F.e, F.a, F.p, F.s, F.t, F.g, F.c = false, false, false, false, false, false, false
   for i = 1, #fl do F[string.sub(fl, i, i)] = true end
-  if ARGV[4] ~= '' then set(ARGV[4], ARGV[5]) end
+  if A[o + 4] ~= '' then set(A[o + 4], A[o + 5]) end
   -- the attempt that went early because an operator ended a cooldown says
   -- so (the worker wrote the note from Admission.CooldownEndedAt); the next
   -- does not. An interrupted request's run is tried again: that one says so
   -- too.
-  if d[8] and ARGV[4] ~= '' and kind ~= 'interrupted' then redis.call('HDEL', k.rec, 'ce') end
-  if ARGV[6] ~= '' then
-    set(ARGV[6], ARGV[7])
+  if d[8] and A[o + 4] ~= '' and kind ~= 'interrupted' then redis.call('HDEL', k.rec, 'ce') end
+  if A[o + 6] ~= '' then
+    set(A[o + 6], A[o + 7])
     redis.call('HDEL', k.rec, 'lr')
   end
 
@@ -241,18 +246,18 @@ local function commit(ARGV, counters)
   local g = G.gate or commit_gate(k.gate)
   G.gate = g
   local same = g[1] and g[1] == d[5]
-  if same and (F.e and num(ARGV[11]) > 0 or F.a and (F.p or F.s or g[6]) or F.p) then
+  if same and (F.e and num(A[o + 11]) > 0 or F.a and (F.p or F.s or g[6]) or F.p) then
     G.gate = nil -- the breaker's branch below writes the record
   end
-  if same and F.e and num(ARGV[11]) > 0 then
-    redis.call('HSET', k.gate, 'b_err', ARGV[15], 'b_err_at', now)
+  if same and F.e and num(A[o + 11]) > 0 then
+    redis.call('HSET', k.gate, 'b_err', A[o + 15], 'b_err_at', now)
     since = tonumber(g[4]) or now
-    local disable = tonumber(ARGV[14])
+    local disable = tonumber(A[o + 14])
     if g[2] and F.p then
       -- a failed probe: the next one a longer gap later, the role given back
       -- (also when this failure disables the subscriber: a resume probes at
       -- the next gap, not once this probe's lease has lapsed)
-      local gap = math.min(math.floor((tonumber(g[3]) or tonumber(ARGV[12])) * 1.5), tonumber(ARGV[13]))
+      local gap = math.min(math.floor((tonumber(g[3]) or tonumber(A[o + 12])) * 1.5), tonumber(A[o + 13]))
       redis.call('HSET', k.gate, 'b_gap', gap, 'b_next', now + gap)
       redis.call('HDEL', k.gate, 'b_probe', 'b_pe')
       soon(now + gap)
@@ -263,11 +268,11 @@ local function commit(ARGV, counters)
     elseif not g[2] then
       local fails = redis.call('HINCRBY', k.gate, 'b_fails', 1)
       if not g[4] then redis.call('HSET', k.gate, 'b_since', now) end
-      if fails >= num(ARGV[11]) then
-        redis.call('HSET', k.gate, 'b_open', now, 'b_gap', ARGV[12], 'b_next', now + tonumber(ARGV[12]))
+      if fails >= num(A[o + 11]) then
+        redis.call('HSET', k.gate, 'b_open', now, 'b_gap', A[o + 12], 'b_next', now + tonumber(A[o + 12]))
         redis.call('HDEL', k.gate, 'b_ramp', 'b_probe', 'b_pe')
         change = 1
-        soon(now + tonumber(ARGV[12]))
+        soon(now + tonumber(A[o + 12]))
       end
     end
   elseif same and F.a and (F.p or F.s or g[6]) then
@@ -286,21 +291,21 @@ local function commit(ARGV, counters)
   -- the full rate (no a_f) inside the current window (a_w, g[13]) only
   -- counts in that window: adapt does nothing else for it, so it is not
   -- called (its tables and closures, per outcome, cost more than the count)
-  local win = num(ARGV[30])
+  local win = num(A[o + 30])
   if same and kind == 'delivered' and not F.t and not g[8] and g[13] and now - tonumber(g[13]) < win then
     G.an = G.an + 1
     g[14] = (tonumber(g[14]) or 0) + 1
   elseif same and (kind == 'delivered' or F.t) then
     local cool = 0
     if F.t then cool = tonumber(redis.call('GET', k.cool) or '0') end
-    local p = {margin = tonumber(ARGV[16]), floor = tonumber(ARGV[17]), incr = tonumber(ARGV[18]), why = ARGV[19],
-      win = win, per_ms = tonumber(ARGV[31]), span = tonumber(ARGV[32])}
+    local p = {margin = tonumber(A[o + 16]), floor = tonumber(A[o + 17]), incr = tonumber(A[o + 18]), why = A[o + 19],
+      win = win, per_ms = tonumber(A[o + 31]), span = tonumber(A[o + 32])}
     p.bump = function() G.an = G.an + 1; g[14] = (tonumber(g[14]) or 0) + 1 end
     p.reset = function() G.an = 0 end
     adapt(k.gate, {unpack(g, 8, 7 + #adaptFields)}, now, kind == 'delivered', F.t, cool, p)
     if p.wrote then G.gate = nil end
   end
-  local lat = num(ARGV[20])
+  local lat = num(A[o + 20])
   if same and lat > 0 then
     local lt = tonumber(g[7])
     if lt then lat = math.floor(0.8 * lt + 0.2 * lat + 0.5) end
@@ -313,13 +318,13 @@ local function commit(ARGV, counters)
   local stale = 0
   if kind == 'delivered' then
     set('s', 'delivered')
-    set('dl', ARGV[9])
+    set('dl', A[o + 9])
     -- what only a delivery under way needs: an ended record stays small
     redis.call('HDEL', k.rec, 'tk', 'nx', 'q', 'pt', 'pk', 'm', 'le')
     if d[6] == 'fresh' then later('ZREM', k.fresh, ev) end
     -- booked to live until its horizon + the dedup window: delivered before
     -- its horizon, it outlives the delivery by the window already
-    if not x or now > x then keep_ended(ARGV[21]) end
+    if not x or now > x then keep_ended(A[o + 21]) end
     -- a dead letter of the delivery (le: one was written, or the release
     -- before may have written one) not replayed is stale: it goes; not
     -- one a replay has claimed, which marks it replayed once its task is
@@ -328,7 +333,7 @@ local function commit(ARGV, counters)
       local entry = redis.call('GET', k.ledger)
       if entry and not string.find(entry, '"replayed_at"', 1, true) and redis.call('EXISTS', k.claim) == 0 then
         redis.call('DEL', k.ledger, k.legacy)
-        redis.call('ZREM', k.dindex, ARGV[24])
+        redis.call('ZREM', k.dindex, A[o + 24])
         stale = 1
       end
     end
@@ -339,10 +344,10 @@ local function commit(ARGV, counters)
     redis.call('HDEL', k.rec, 'tk', 'nx')
   elseif kind == 'failed' then
     -- a 429 without a usable Retry-After cooled the destination for the
-    -- backoff (its deadline, ARGV[28]): due when that ends, not a few ms
+    -- backoff (its deadline, A[o + 28]): due when that ends, not a few ms
     -- after it, which the commit's own clock would give
-    local at = now + tonumber(ARGV[8])
-    if tonumber(ARGV[28]) > 0 then at = tonumber(ARGV[28]) end
+    local at = now + tonumber(A[o + 8])
+    if tonumber(A[o + 28]) > 0 then at = tonumber(A[o + 28]) end
     park(k, ev, 'retrying', at, x)
     set('nx', at)
     soon(at)
@@ -352,7 +357,7 @@ local function commit(ARGV, counters)
     -- holds none (the run could not write it, it lapsed); one the run could
     -- not write is written now, as Gates.Cooldown would have (the later
     -- deadline kept, until its end + 1 min), for the others to wait too
-    local cool, deadline = tonumber(redis.call('GET', k.cool) or '0'), tonumber(ARGV[28])
+    local cool, deadline = tonumber(redis.call('GET', k.cool) or '0'), tonumber(A[o + 28])
     if F.c and deadline > cool and deadline > now then
       redis.call('SET', k.cool, string.format('%d', deadline), 'PX', deadline - now + 60000)
     end
@@ -369,7 +374,7 @@ local function commit(ARGV, counters)
     redis.call('HINCRBY', k.rec, 'c', -1)
     set('s', 'pending')
     redis.call('HDEL', k.rec, 'tk')
-    redis.call('ZADD', k.out, now + tonumber(ARGV[29]), ev)
+    redis.call('ZADD', k.out, now + tonumber(A[o + 29]), ev)
   elseif kind == 'dead' then
     set('s', 'dead')
     set('le', 1)
@@ -377,7 +382,7 @@ local function commit(ARGV, counters)
     redis.call('HDEL', k.rec, 'tk', 'nx')
     for _, key in ipairs({k.lot, k.out, k.exp, k.fresh}) do redis.call('ZREM', key, ev) end
     redis.call('SREM', k.retry, ev)
-    keep_ended(ARGV[21])
+    keep_ended(A[o + 21])
     local parts = {}
     local h = redis.call('HGETALL', k.rec)
     for i = 1, #h, 2 do
@@ -386,8 +391,8 @@ local function commit(ARGV, counters)
     -- the generation it was booked for: a replay sends it to no other
     local gen = ''
     if d[5] then gen = ',"gen":' .. cjson.encode(d[5]) end
-    local entry = ARGV[23] .. gen .. ',"a":{' .. table.concat(parts, ',') .. '}}'
-    local retention = tonumber(ARGV[25])
+    local entry = A[o + 23] .. gen .. ',"a":{' .. table.concat(parts, ',') .. '}}'
+    local retention = tonumber(A[o + 25])
     if retention > 0 then
       redis.call('SET', k.ledger, entry, 'PX', retention)
       redis.call('ZREMRANGEBYSCORE', k.dindex, '-inf', now - retention)
@@ -395,13 +400,13 @@ local function commit(ARGV, counters)
       redis.call('SET', k.ledger, entry)
     end
     redis.call('DEL', k.legacy)
-    local dead_at = tonumber(ARGV[27])
+    local dead_at = tonumber(A[o + 27])
     if dead_at <= 0 then dead_at = now end
-    redis.call('ZADD', k.dindex, dead_at, ARGV[24])
-    if ARGV[26] ~= '' then
+    redis.call('ZADD', k.dindex, dead_at, A[o + 24])
+    if A[o + 26] ~= '' then
       redis.call('HINCRBY', k.dbatch, 'n', 1)
       redis.call('HSETNX', k.dbatch, 'first', now)
-      if redis.call('LLEN', k.dsample) < 20 then redis.call('RPUSH', k.dsample, ARGV[26]) end
+      if redis.call('LLEN', k.dsample) < 20 then redis.call('RPUSH', k.dsample, A[o + 26]) end
     end
     if same and F.g and not g[5] then
       redis.call('HSET', k.gate, 'paused', 'gone', 'paused_at', now)
@@ -425,30 +430,38 @@ local function commit(ARGV, counters)
   if O.notify >= 0 then
     if asked(g[18], O.notify, now) then O.notify = string.format('a%d', O.notify) else G.ta, g[18] = O.notify, O.notify end
   end
-  for f, n in string.gmatch(ARGV[22], '(%S+) (%S+)') do counters[f] = (counters[f] or 0) + num(n) end
   local reply = (type(O.notify) == 'number' and fmt(O.notify) or O.notify) .. '|' .. fmt(change) .. '|' .. fmt(since) .. '|' .. fmt(stale)
   set('ok', token)
   set('okr', reply)
   write()
   return {'ok', O.notify, change, since, stale}
 end
-local n, counters, out, commitArgs = tonumber(ARGV[1]), {}, {}, 32
+local n, out, commitArgs = tonumber(ARGV[1]), {}, 32
+local oks = {} -- the outcomes committed now ("ok"), by their first argument
 for i = 1, n do
   k.rec, k.ledger, k.legacy, k.claim = KEYS[13 + 4 * i], KEYS[14 + 4 * i], KEYS[15 + 4 * i], KEYS[16 + 4 * i]
-  local o = 1 + (i - 1) * commitArgs -- (one constructor: the table sized once)
-  local as = {ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6], ARGV[o + 7], ARGV[o + 8],
-    ARGV[o + 9], ARGV[o + 10], ARGV[o + 11], ARGV[o + 12], ARGV[o + 13], ARGV[o + 14], ARGV[o + 15], ARGV[o + 16],
-    ARGV[o + 17], ARGV[o + 18], ARGV[o + 19], ARGV[o + 20], ARGV[o + 21], ARGV[o + 22], ARGV[o + 23], ARGV[o + 24],
-    ARGV[o + 25], ARGV[o + 26], ARGV[o + 27], ARGV[o + 28], ARGV[o + 29], ARGV[o + 30], ARGV[o + 31], ARGV[o + 32]}
-  local r = commit(as, counters)
+  local o = 2 + (i - 1) * commitArgs
+  local r = commit(o)
+  if r[1] == 'ok' then oks[#oks + 1] = o end
   out[#out + 1] = #r
   for _, v in ipairs(r) do out[#out + 1] = v end
 end
--- the counters of every outcome of the group, added once: one field by
--- HINCRBY, more read and written in one HMGET and one HSET (a delivered
--- outcome alone counts three to six). (Lua's numbers are exact to 2^53:
--- a sum of milliseconds past that, some 285,000 years of latency, would
--- round in its last digits.)
+-- the counters of the outcomes committed now, added once: the group's
+-- sum (ARGV[2]) when every outcome was, else each one's (one committed
+-- before, or superseded, counts nothing again); one field by HINCRBY,
+-- more read and written in one HMGET and one HSET (a delivered outcome
+-- alone counts three to six). (Lua's numbers are exact to 2^53: a sum of
+-- milliseconds past that, some 285,000 years of latency, would round in
+-- its last digits.)
+local counters = {}
+local function count(s)
+  for f, v in string.gmatch(s, '(%S+) (%S+)') do counters[f] = (counters[f] or 0) + num(v) end
+end
+if #oks == n then
+  count(ARGV[2])
+else
+  for _, o in ipairs(oks) do count(ARGV[o + 22]) end
+end
 local cf = {}
 for f in pairs(counters) do cf[#cf + 1] = f end
 if #cf == 1 then
@@ -501,13 +514,17 @@ func (g *Gates) CommitGroup(ctx context.Context, k GateKeys, os []Outcome) ([]Co
 	keys := []string{k.Record, k.Cooldown, k.InFlight, k.Lot, k.Out, k.Exp, k.Fresh, "", k.Stats, "", k.DeadIndex, k.DeadBatch, k.DeadSample, "",
 		k.Retry, k.Runs}
 	keys[7], keys[9], keys[13] = k.record(os[0].EventID), k.Dead+os[0].EventID, k.Dead+os[0].EventID // placeholders: each outcome's follow
-	args := make([]any, 1, 1+commitArgs*len(os))
-	args[0] = len(os)
+	args := make([]any, 2, 2+commitArgs*len(os))
+	sum := map[string]int64{}
 	for _, o := range os {
 		ok, oa := commitCall(k, o)
 		keys = append(keys, ok...)
 		args = append(args, oa...)
+		for f, n := range o.Counters {
+			sum[f] += n
+		}
 	}
+	args[0], args[1] = len(os), string(appendCounters(nil, sum))
 	res, err := g.run(ctx, commitScript, keys, args...)
 	if err != nil {
 		return nil, err
@@ -583,6 +600,16 @@ func ceilMilli(t time.Time) int64 {
 	return ms
 }
 
+// appendCounters appends counters to b as commitScript takes them
+// ("field n field n …").
+func appendCounters(b []byte, counters map[string]int64) []byte {
+	for f, n := range counters {
+		b = strconv.AppendInt(append(append(b, f...), ' '), n, 10)
+		b = append(b, ' ')
+	}
+	return b
+}
+
 // commitArgs is how many arguments commitScript takes per outcome.
 const commitArgs = 32
 
@@ -598,11 +625,7 @@ func commitCall(k GateKeys, o Outcome) ([]string, []any) {
 			fl = append(fl, f.c)
 		}
 	}
-	counters := make([]byte, 0, 128)
-	for f, n := range o.Counters {
-		counters = strconv.AppendInt(append(append(counters, f...), ' '), n, 10)
-		counters = append(counters, ' ')
-	}
+	counters := appendCounters(make([]byte, 0, 128), o.Counters)
 	b := o.Breaker
 	if b.Failures == BreakerOff {
 		b.Failures = -1

@@ -536,6 +536,34 @@ func TestCommitGroupCommitsEachOutcome(t *testing.T) {
 	}
 }
 
+// A group counts what it commits now, and nothing twice: its counters go
+// once as the group's sum when every outcome is committed by it, else
+// each one's that is (an outcome committed before, its reply lost, or
+// one superseded counts nothing again).
+func TestCommitGroupCountsWhatItCommits(t *testing.T) {
+	b, ctx := setup(t), context.Background()
+	delivered := func(ev, tok string) limits.Outcome {
+		return limits.Outcome{EventID: ev, Token: tok, Kind: limits.OutcomeDelivered, DeliveredAt: time.Now(), Answered: true,
+			Dedup: time.Hour, Breaker: limits.BreakerPolicy{}.WithDefaults(), Counters: map[string]int64{"delivered": 1, "http:200": 1}}
+	}
+	t1, t2, t3 := b.taken(t, "c1"), b.taken(t, "c2"), b.taken(t, "c3")
+	b.commit(t, "c1", t1, delivered("c1", t1)) // committed before: the group's is its reply lost
+	cs, err := b.g.CommitGroup(ctx, b.k, []limits.Outcome{delivered("c1", t1), delivered("c2", t2), delivered("c3", "another run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs[0].Superseded || cs[1].Superseded || !cs[2].Superseded {
+		t.Fatalf("replies %+v; want c1 again (as ok), c2 ok, c3 superseded", cs)
+	}
+	if st := b.rdb.HGetAll(ctx, b.k.Stats).Val(); st["delivered"] != "2" || st["http:200"] != "2" {
+		t.Fatalf("counters %v; want delivered 2, http:200 2 (c1 and c2 once each)", st)
+	}
+	b.commit(t, "c3", t3, delivered("c3", t3))
+	if st := b.rdb.HGetAll(ctx, b.k.Stats).Val(); st["delivered"] != "3" {
+		t.Fatalf("counters %v; want delivered 3", st)
+	}
+}
+
 // A sub-millisecond answer records a latency of 1ms: an endpoint on the
 // same host is paced as the fast one it is, not as one whose latency is
 // unknown (taken as 1s), which a whole-millisecond 0 left it.
