@@ -120,8 +120,7 @@ type Committed struct {
 // and 14 are each outcome's: a group's follow the 16, four an outcome,
 // with its ledger entry's replay claim fourth). ARGV: 1 how many
 // outcomes, 2 the counters of them all (as 22 below), then 32 an outcome:
-// 1 event id, 2 token,
-// 3 kind, 4 attempt field, 5 attempt, 6 lost field, 7 lost, 8 backoff ms,
+// 1 event id, 2 token, 3 kind, 4 attempt field, 5 attempt, 6 lost field, 7 lost, 8 backoff ms,
 // 9 delivered ms, 10 flags (e endpoint failure, a answered, p probe, s
 // streak, t throttled, g pause gone, c cooldown lost), 11 breaker failures (-1 off), 12
 // first gap ms, 13 max gap ms, 14 disable after ms (0 never), 15 error
@@ -437,7 +436,7 @@ local function commit(o)
   return {'ok', O.notify, change, since, stale}
 end
 local n, out, commitArgs = tonumber(ARGV[1]), {}, 32
-local oks = {} -- the outcomes committed now ("ok"), by their first argument
+local oks = {} -- the outcomes committed now ("ok"): each one's o, where its arguments start
 for i = 1, n do
   k.rec, k.ledger, k.legacy, k.claim = KEYS[13 + 4 * i], KEYS[14 + 4 * i], KEYS[15 + 4 * i], KEYS[16 + 4 * i]
   local o = 2 + (i - 1) * commitArgs
